@@ -1,0 +1,80 @@
+"""Readiness of a vLLM server: a real completion, not just /health. Standard library only.
+
+Reads the server's API key (VLLM_API_KEY) from its environment file on the host, so the key
+never appears on a command line.
+
+Example:
+    python3 check_ready.py --port 18000 --model tiny --env-file /etc/vllm-fleet/tiny.env
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+import urllib.error
+import urllib.request
+
+
+def api_key(env_file: str) -> str | None:
+    """VLLM_API_KEY from a systemd EnvironmentFile, if set there."""
+    try:
+        with open(env_file, encoding="utf-8") as lines:
+            for line in lines:
+                key, _, value = line.strip().partition("=")
+                if key == "VLLM_API_KEY":
+                    value = value.strip()
+                    if len(value) >= 2 and value[0] == value[-1] == '"':
+                        value = value[1:-1].replace('\\"', '"').replace("\\\\", "\\")
+                    return value
+    except OSError:
+        return None
+    return None
+
+
+def complete(port: int, model: str, key: str | None) -> dict:
+    """One short completion; return the parsed reply."""
+    body = json.dumps({"model": model, "prompt": "Hello", "max_tokens": 8, "temperature": 0})
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{port}/v1/completions",
+        data=body.encode(),
+        headers={"Content-Type": "application/json"},
+    )
+    if key:
+        request.add_header("Authorization", f"Bearer {key}")
+    with urllib.request.urlopen(request, timeout=120) as reply:
+        return json.load(reply)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Exit 0 once a completion returns tokens; 1 with the last error after the timeout."""
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--model", required=True)
+    parser.add_argument("--env-file", required=True)
+    parser.add_argument("--timeout", type=float, default=300)
+    args = parser.parse_args(argv)
+    key = api_key(args.env_file)
+    deadline = time.monotonic() + args.timeout
+    error = "no attempt"
+    while time.monotonic() < deadline:
+        try:
+            reply = complete(args.port, args.model, key)
+            tokens = reply.get("usage", {}).get("completion_tokens", 0)
+            if tokens > 0:
+                text = reply["choices"][0]["text"]
+                print(f"{args.model} on port {args.port} answered {tokens} tokens: {text!r}")
+                return 0
+            error = f"a completion with no tokens: {reply}"
+        except urllib.error.HTTPError as err:
+            error = f"HTTP {err.code}: {err.read(300).decode(errors='replace')}"
+        except (urllib.error.URLError, OSError, ValueError, KeyError) as err:
+            error = str(err)
+        time.sleep(2)
+    print(f"{args.model} on port {args.port} is not ready: {error}", file=sys.stderr)
+    return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

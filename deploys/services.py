@@ -1,0 +1,107 @@
+"""One systemd unit per vLLM server: rendered unit + 0600 environment file, started healthy.
+
+A server is restarted only when its unit, environment, vLLM install or model changed, and the
+deploy finishes it only once it answers a real completion.
+
+Example:
+    from deploys.services import services
+    services(venv_changed=venv_op, models_changed={"tiny-llama": model_op})
+"""
+
+from __future__ import annotations
+
+from io import StringIO
+
+from pyinfra.api import OperationMeta, deploy
+from pyinfra.operations import files, server, systemd
+from pyinfra.operations.util import any_changed
+
+from deploys import ops
+from deploys.plan import current_plan, script
+
+
+@deploy("vLLM services")
+def services(venv_changed: OperationMeta, models_changed: dict[str, OperationMeta]) -> None:
+    """Write units and environment files; (re)start only what changed; check readiness."""
+    plan = current_plan()
+    user = plan["user"]
+    server.group(name="Create the service group", group=user, system=True)
+    server.user(
+        name="Create the service user",
+        user=user,
+        group=user,
+        system=True,
+        home="/var/lib/vllm-fleet",
+        shell="/usr/sbin/nologin",
+        create_home=False,
+        ensure_home=False,
+    )
+    files.directory(
+        name="Create the environment file directory",
+        path=plan["env_dir"],
+        user="root",
+        group="root",
+        mode="700",
+    )
+    wait_op = files.put(
+        name="Upload the health waiter",
+        src=script("wait_healthy.py"),
+        dest=plan["wait_script"],
+        user="root",
+        group="root",
+        mode="755",
+    )
+    checker = f"{plan['remote_dir']}/check_ready.py"
+    files.put(
+        name="Upload the readiness check",
+        src=script("check_ready.py"),
+        dest=checker,
+        user="root",
+        group="root",
+        mode="755",
+    )
+    python = f"{plan['venv']}/bin/python"
+    for entry in plan["servers"]:
+        unit = entry["unit"]
+        env_op = files.put(
+            name=f"Write the environment of {unit}",
+            src=StringIO(entry["env_text"]),
+            dest=entry["env_path"],
+            user="root",
+            group="root",
+            mode="600",
+        )
+        unit_op = files.put(
+            name=f"Write {unit}",
+            src=StringIO(entry["unit_text"]),
+            dest=entry["unit_path"],
+            user="root",
+            group="root",
+            mode="644",
+        )
+        systemd.daemon_reload(name=f"Reload systemd for {unit}", _if=unit_op.did_change)
+        changed = [env_op, unit_op, wait_op, venv_changed]
+        if entry["model"] in models_changed:
+            changed.append(models_changed[entry["model"]])
+        restart_op = systemd.service(
+            name=f"Restart {unit} (its configuration changed)",
+            service=unit,
+            running=True,
+            restarted=True,
+            _if=any_changed(*changed),
+        )
+        start_op = systemd.service(
+            name=f"Enable and start {unit}",
+            service=unit,
+            running=True,
+            enabled=True,
+        )
+        ops.server_answers(
+            name=f"Check that {entry['name']} answers a completion",
+            port=entry["port"],
+            served_name=entry["served_name"],
+            env_file=entry["env_path"],
+            script=checker,
+            python=python,
+            _if=any_changed(restart_op, start_op),
+        )

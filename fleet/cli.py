@@ -1,0 +1,296 @@
+"""The ``fleet`` command: check, render, sandbox, modelserver, verify, complete, schema.
+
+Example:
+    $ fleet check inventory/sandbox.yaml
+    inventory/sandbox.yaml: valid — 1 host, 1 server, 1 model
+    $ fleet sandbox up
+    $ pyinfra -y inventory.py deploy.py
+    $ fleet verify
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from fleet.inventory import DEFAULT_FLEET, fleet_path, inventory_hosts
+from fleet.load import FleetError, load_fleet
+
+ROOT = Path(__file__).resolve().parent.parent
+out = Console(highlight=False)
+err = Console(stderr=True, highlight=False)
+
+
+def _plural(count: int, word: str) -> str:
+    return f"{count} {word}{'' if count == 1 else 's'}"
+
+
+def _load_or_report(path: str):
+    try:
+        return load_fleet(path)
+    except FleetError as error:
+        err.print(f"[bold red]{path}: invalid[/] ({_plural(len(error.problems), 'problem')})")
+        for problem in error.problems:
+            err.print(f"  {problem}", markup=False)
+        return None
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    """Validate fleet files; exit 1 if any is invalid."""
+    status = 0
+    for path in args.files:
+        fleet = _load_or_report(path)
+        if fleet is None:
+            status = 1
+            continue
+        servers = sum(len(h.servers) for h in fleet.hosts.values())
+        out.print(
+            f"{path}: [green]valid[/] — {_plural(len(fleet.hosts), 'host')}, "
+            f"{_plural(servers, 'server')}, {_plural(len(fleet.models), 'model')}"
+        )
+    return status
+
+
+def cmd_render(args: argparse.Namespace) -> int:
+    """Print each server's unit and environment file (secrets masked)."""
+    from fleet.render import host_plan
+
+    fleet = _load_or_report(args.fleet)
+    if fleet is None:
+        return 1
+    for name in fleet.hosts:
+        if args.host and name != args.host:
+            continue
+        plan = host_plan(fleet, name, secrets=lambda ref: "********")
+        for server in plan["servers"]:
+            out.rule(f"{name}: {server['unit_path']}")
+            out.print(server["unit_text"], markup=False, soft_wrap=True)
+            out.rule(f"{name}: {server['env_path']} (0600)")
+            out.print(server["env_text"], markup=False, soft_wrap=True)
+    return 0
+
+
+def _sandbox_hosts(fleet) -> dict[str, list[int]]:
+    return {
+        name: [server.port for server in host.servers.values()]
+        for name, host in fleet.hosts.items()
+        if host.is_sandbox
+    }
+
+
+def _status_table(hosts) -> Table:
+    table = Table("host", "state", "ssh port", "service ports", "pid")
+    for host in hosts:
+        colour = {"running": "green", "stopped": "yellow"}.get(host.state, "dim")
+        table.add_row(
+            host.name,
+            f"[{colour}]{host.state}[/]",
+            str(host.ssh_port or "—"),
+            ", ".join(str(p) for p in host.ports) or "—",
+            str(host.pid or "—"),
+        )
+    return table
+
+
+def cmd_sandbox(args: argparse.Namespace) -> int:
+    """Start, stop or show the sandbox hosts of a fleet file."""
+    from fleet import sandbox
+
+    fleet = _load_or_report(args.fleet)
+    if fleet is None:
+        return 1
+    hosts = _sandbox_hosts(fleet)
+    if not hosts:
+        err.print(f"{args.fleet} has no host with address: sandbox")
+        return 1
+    try:
+        if args.action == "up":
+            result = sandbox.up(hosts)
+        elif args.action == "down":
+            result = sandbox.down(list(hosts))
+        else:
+            result = sandbox.status(list(hosts))
+            for host in result:
+                host.ports = hosts.get(host.name, host.ports)
+    except sandbox.SandboxError as error:
+        err.print(f"[bold red]sandbox {args.action} failed:[/] {error}", markup=True)
+        return 1
+    out.print(_status_table(result))
+    return 0
+
+
+def cmd_modelserver(args: argparse.Namespace) -> int:
+    """Serve model archives on loopback (for the sandbox fleet and tests)."""
+    from fleet import modelserver
+
+    try:
+        if args.action == "start":
+            pid = modelserver.start(args.dir, port=args.port)
+            out.print(f"serving {args.dir} on http://127.0.0.1:{args.port}/ (pid {pid})")
+        elif args.action == "stop":
+            modelserver.stop(port=args.port)
+            out.print(f"model server on port {args.port} stopped")
+        else:
+            out.print(str(modelserver.status(port=args.port)))
+    except (OSError, RuntimeError, ValueError) as error:
+        err.print(f"[bold red]modelserver {args.action} failed:[/] {error}")
+        return 1
+    return 0
+
+
+def _connect(path: str):
+    try:
+        return inventory_hosts(path)
+    except FleetError as error:
+        err.print(f"[bold red]{path}: cannot reach hosts[/]")
+        for problem in error.problems:
+            err.print(f"  {problem}", markup=False)
+        return None
+
+
+def cmd_verify(args: argparse.Namespace) -> int:
+    """Run the testinfra suite (tests/verify) against every host of a fleet."""
+    from fleet.remote import ssh_config_entry
+
+    hosts = _connect(args.fleet)
+    if hosts is None:
+        return 1
+    with tempfile.TemporaryDirectory(prefix="fleet-verify-") as tmp:
+        config = Path(tmp) / "ssh_config"
+        config.write_text("".join(ssh_config_entry(name, data) for name, data in hosts))
+        env = dict(os.environ, FLEET=str(Path(args.fleet).resolve()), FLEET_SSH_CONFIG=str(config))
+        argv = [
+            sys.executable, "-m", "pytest", str(ROOT / "tests" / "verify"),
+            "-p", "no:cacheprovider", "--rootdir", str(ROOT / "tests" / "verify"),
+            "-o", "addopts=", *args.pytest_args,
+        ]
+        return subprocess.call(argv, env=env, cwd=ROOT)
+
+
+_COMPLETE = """
+import json, sys, urllib.request
+p = json.load(sys.stdin)
+key = None
+try:
+    for line in open(p["env_file"]):
+        k, _, v = line.strip().partition("=")
+        if k == "VLLM_API_KEY":
+            key = v.strip('"')
+except OSError:
+    pass
+body = {"model": p["model"], "prompt": p["prompt"], "max_tokens": p["max_tokens"]}
+req = urllib.request.Request("http://127.0.0.1:%d/v1/completions" % p["port"],
+    data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
+if key:
+    req.add_header("Authorization", "Bearer " + key)
+print(urllib.request.urlopen(req, timeout=300).read().decode())
+"""
+
+
+def cmd_complete(args: argparse.Namespace) -> int:
+    """Ask a deployed server for a completion (run on its host over SSH) and print it."""
+    from fleet import remote
+
+    hosts = _connect(args.fleet)
+    if hosts is None:
+        return 1
+    targets = [
+        (name, data, server)
+        for name, data in hosts
+        for server in data["fleet"]["servers"]
+        if args.server in (None, f"{name}/{server['name']}", server["name"])
+    ]
+    if not targets:
+        err.print(f"no server {args.server!r} in {args.fleet}")
+        return 1
+    name, data, server = targets[0]
+    payload = {
+        "model": server["served_name"],
+        "prompt": args.prompt,
+        "max_tokens": args.max_tokens,
+        "port": server["port"],
+        "env_file": server["env_path"],
+    }
+    result = remote.run(data, f"python3 -c {remote._sh_quote(_COMPLETE)}", json.dumps(payload))
+    if result.returncode != 0:
+        err.print(f"[bold red]{name}/{server['name']} did not answer:[/] {result.stderr.strip()}")
+        return 1
+    reply = json.loads(result.stdout)
+    text = reply["choices"][0]["text"]
+    usage = reply.get("usage", {})
+    out.print(f"[bold]{name}/{server['name']}[/] ({server['served_name']}) answered "
+              f"{usage.get('completion_tokens', '?')} tokens:")
+    out.print(repr(args.prompt + text), markup=False)
+    return 0
+
+
+def cmd_schema(args: argparse.Namespace) -> int:
+    """Print the fleet file's JSON Schema."""
+    from fleet.schema import fleet_schema
+
+    out.print(json.dumps(fleet_schema(), indent=2), markup=False, soft_wrap=True)
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of ``fleet``."""
+    parser = argparse.ArgumentParser(prog="fleet", description="Declarative vLLM hosts.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    default = str(fleet_path()) if os.environ.get("FLEET") else DEFAULT_FLEET
+
+    check = sub.add_parser("check", help="validate fleet files")
+    check.add_argument("files", nargs="+")
+    check.set_defaults(func=cmd_check)
+
+    render = sub.add_parser("render", help="print the units and environment files")
+    render.add_argument("fleet", nargs="?", default=default)
+    render.add_argument("--host")
+    render.set_defaults(func=cmd_render)
+
+    sandbox = sub.add_parser("sandbox", help="local systemd containers as hosts")
+    sandbox.add_argument("action", choices=["up", "down", "status"])
+    sandbox.add_argument("fleet", nargs="?", default=default)
+    sandbox.set_defaults(func=cmd_sandbox)
+
+    models = sub.add_parser("modelserver", help="serve model archives on loopback")
+    models.add_argument("action", choices=["start", "stop", "status"])
+    models.add_argument("--dir", default=str(ROOT / "testmodel"))
+    models.add_argument("--port", type=int, default=8765)
+    models.set_defaults(func=cmd_modelserver)
+
+    verify = sub.add_parser("verify", help="run the testinfra suite against the fleet's hosts")
+    verify.add_argument("fleet", nargs="?", default=default)
+    verify.add_argument("pytest_args", nargs=argparse.REMAINDER)
+    verify.set_defaults(func=cmd_verify)
+
+    complete = sub.add_parser("complete", help="ask a deployed server for a completion")
+    complete.add_argument("fleet", nargs="?", default=default)
+    complete.add_argument("--server", help="HOST/SERVER or SERVER (default: the first)")
+    complete.add_argument("--prompt", default="The capital of France is")
+    complete.add_argument("--max-tokens", type=int, default=16)
+    complete.set_defaults(func=cmd_complete)
+
+    schema = sub.add_parser("schema", help="print the fleet file's JSON Schema")
+    schema.set_defaults(func=cmd_schema)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the ``fleet`` console script."""
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

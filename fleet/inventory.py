@@ -1,0 +1,70 @@
+"""Build pyinfra's inventory (hosts and their data) from a fleet file.
+
+Example:
+    >>> hosts = inventory_hosts("inventory/sandbox.yaml")   # doctest: +SKIP
+    >>> hosts[0][0], hosts[0][1]["ssh_hostname"]           # doctest: +SKIP
+    ('sandbox-1', '127.0.0.1')
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from fleet.load import FleetError, Problem, load_fleet
+from fleet.render import host_plan, read_secret
+from fleet.spec import Fleet, Host
+
+DEFAULT_FLEET = "inventory/sandbox.yaml"
+
+
+def fleet_path() -> Path:
+    """The fleet file: ``$FLEET``, or the default sandbox fleet."""
+    return Path(os.environ.get("FLEET") or DEFAULT_FLEET)
+
+
+def connection_data(name: str, host: Host, file: str) -> dict[str, Any]:
+    """pyinfra SSH data for one host (a sandbox host's comes from its running container)."""
+    if host.is_sandbox:
+        from fleet import sandbox
+
+        data = sandbox.connection(name)
+        if data is None:
+            raise FleetError(
+                [Problem(file, None, None, ("hosts", name, "address"),
+                         f"sandbox host {name} is not running",
+                         f"start it with: fleet sandbox up {file}")]
+            )
+        return data
+    data: dict[str, Any] = {
+        "ssh_hostname": host.address,
+        "ssh_port": host.ssh.port,
+        "ssh_user": host.ssh.user,
+    }
+    if host.ssh.key:
+        data["ssh_key"] = str(Path(host.ssh.key).expanduser())
+    if host.ssh.user != "root":
+        data["_sudo"] = True
+    return data
+
+
+def inventory_hosts(path: str | Path, fleet: Fleet | None = None) -> list[tuple[str, dict]]:
+    """``[(name, data), …]`` for pyinfra; raise FleetError before any host is contacted."""
+    fleet = fleet or load_fleet(path)
+    hosts = []
+    problems = []
+    for name, host in fleet.hosts.items():
+        try:
+            data = connection_data(name, host, str(path))
+            data["fleet"] = host_plan(fleet, name, secrets=read_secret)
+        except FleetError as err:
+            problems += err.problems
+            continue
+        except ValueError as err:
+            problems.append(Problem(str(path), None, None, ("hosts", name), str(err)))
+            continue
+        hosts.append((name, data))
+    if problems:
+        raise FleetError(problems)
+    return hosts

@@ -1,0 +1,73 @@
+"""Reach fleet hosts with the system's ssh client, using the inventory's connection data.
+
+Used by ``fleet verify`` (an ssh_config for testinfra) and ``fleet complete``.
+
+Example:
+    >>> print(ssh_config_entry("sandbox-1", {"ssh_hostname": "127.0.0.1", "ssh_port": 2222,
+    ...     "ssh_user": "root"}))
+    Host sandbox-1
+      HostName 127.0.0.1
+      Port 2222
+      User root
+      BatchMode yes
+      StrictHostKeyChecking yes
+    <BLANKLINE>
+"""
+
+from __future__ import annotations
+
+import subprocess
+from typing import Any
+
+
+def ssh_config_entry(name: str, data: dict[str, Any]) -> str:
+    """One ``Host`` block of an ssh_config for a host's pyinfra connection data."""
+    lines = [
+        f"Host {name}",
+        f"  HostName {data.get('ssh_hostname', name)}",
+        f"  Port {data.get('ssh_port', 22)}",
+        f"  User {data.get('ssh_user', 'root')}",
+        "  BatchMode yes",
+    ]
+    if data.get("ssh_key"):
+        lines += [f"  IdentityFile {data['ssh_key']}", "  IdentitiesOnly yes"]
+    if data.get("ssh_known_hosts_file"):
+        lines.append(f"  UserKnownHostsFile {data['ssh_known_hosts_file']}")
+    strict = data.get("ssh_strict_host_key_checking", "yes")
+    lines.append(f"  StrictHostKeyChecking {strict}")
+    return "\n".join(lines) + "\n"
+
+
+def ssh_command(data: dict[str, Any], command: str) -> list[str]:
+    """The argv of ``ssh`` running ``command`` on a host (via sudo for a non-root user)."""
+    argv = [
+        "ssh",
+        "-p", str(data.get("ssh_port", 22)),
+        "-o", "BatchMode=yes",
+        "-o", f"StrictHostKeyChecking={data.get('ssh_strict_host_key_checking', 'yes')}",
+    ]
+    if data.get("ssh_key"):
+        argv += ["-i", str(data["ssh_key"]), "-o", "IdentitiesOnly=yes"]
+    if data.get("ssh_known_hosts_file"):
+        argv += ["-o", f"UserKnownHostsFile={data['ssh_known_hosts_file']}"]
+    user = data.get("ssh_user", "root")
+    if user != "root":
+        command = f"sudo -n sh -c {_sh_quote(command)}"
+    argv += [f"{user}@{data.get('ssh_hostname')}", command]
+    return argv
+
+
+def _sh_quote(text: str) -> str:
+    return "'" + text.replace("'", "'\"'\"'") + "'"
+
+
+def run(data: dict[str, Any], command: str, stdin: str = "", timeout: float = 300):
+    """Run ``command`` on the host; return the CompletedProcess (text)."""
+    return subprocess.run(
+        ssh_command(data, command),
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )

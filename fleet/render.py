@@ -1,0 +1,305 @@
+"""Render what a host gets: unit files, environment files, the sysctl drop-in, the host plan.
+
+Nothing here touches a host. :func:`host_plan` turns one validated host into the plain data
+that ``inventory.py`` hands to the deploys (``host.data.fleet``); the deploys only compare it
+with facts and apply it.
+
+Example:
+    >>> from fleet.load import load_fleet
+    >>> fleet = load_fleet("inventory/sandbox.yaml")
+    >>> plan = host_plan(fleet, "sandbox-1", secrets=lambda ref: "")
+    >>> plan["servers"][0]["unit"]
+    'vllm-tiny.service'
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import jinja2
+
+from fleet.spec import (
+    MODELS_DIR,
+    SERVICE_USER,
+    SYSCTL_DROPIN,
+    VENV_DIR,
+    Fleet,
+    Host,
+    SecretRef,
+    Server,
+    Variant,
+)
+
+TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
+REMOTE_DIR = "/usr/local/lib/vllm-fleet"
+WAIT_SCRIPT = f"{REMOTE_DIR}/wait_healthy.py"
+ENV_DIR = "/etc/vllm-fleet"
+UNIT_DIR = "/etc/systemd/system"
+#: Seconds a server may take from start to a healthy /health (model loading, compilation).
+START_TIMEOUT = 900
+#: Packages that the CPU build must not have beside its CPU torch (CUDA builds of them break
+#: transformers' imports).
+CPU_CONFLICTS = ["torchvision", "torchaudio", "torchcodec"]
+NVIDIA_DEVICES = [
+    "/dev/nvidiactl",
+    "/dev/nvidia-uvm",
+    "/dev/nvidia-uvm-tools",
+    "/dev/nvidia-modeset",
+    "char-nvidia-caps",
+]
+
+_SAFE = re.compile(r"^[A-Za-z0-9_./:=,+@-]+$")
+
+_env = jinja2.Environment(
+    loader=jinja2.FileSystemLoader(TEMPLATES),
+    undefined=jinja2.StrictUndefined,
+    trim_blocks=True,
+    lstrip_blocks=True,
+    keep_trailing_newline=True,
+    autoescape=False,
+)
+
+
+def systemd_quote(word: str) -> str:
+    """Quote one word for an ExecStart= line (systemd's rules, not the shell's).
+
+    Example:
+        >>> systemd_quote('{"a": 1}')
+        '"{\\\\"a\\\\": 1}"'
+        >>> systemd_quote("50%")
+        '"50%%"'
+    """
+    word = word.replace("%", "%%").replace("$", "$$")
+    if _SAFE.match(word):
+        return word
+    return '"' + word.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def env_quote(value: str) -> str:
+    """Quote one value for an EnvironmentFile= line.
+
+    Example:
+        >>> env_quote("a b")
+        '"a b"'
+    """
+    if "\n" in value or "\r" in value:
+        raise ValueError("environment values cannot contain newlines")
+    if _SAFE.match(value):
+        return value
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def vllm_args(server: Server) -> list[str]:
+    """The server's ``args`` as vLLM command-line words, in the fleet file's order.
+
+    Example:
+        >>> from fleet.spec import Server
+        >>> vllm_args(Server(model="m", port=1, args={"max-model-len": 512, "enforce-eager": True}))
+        ['--max-model-len', '512', '--enforce-eager']
+    """
+    words: list[str] = []
+    for key, value in server.args.items():
+        if value is True:
+            words.append(f"--{key}")
+        elif isinstance(value, list):
+            words.append(f"--{key}")
+            words.extend(str(item) for item in value)
+        else:
+            words.extend([f"--{key}", str(value)])
+    return words
+
+
+def unit_name(server_name: str) -> str:
+    """The systemd unit of a server: ``tiny`` → ``vllm-tiny.service``."""
+    return f"vllm-{server_name}.service"
+
+
+def model_path(model_name: str) -> str:
+    """Where a model is served from (a link to its verified version)."""
+    return f"{MODELS_DIR}/{model_name}"
+
+
+def start_order(host: Host) -> dict[str, list[str]]:
+    """For each server, the servers it must start after (those sharing one of its GPUs).
+
+    Example:
+        >>> from fleet.spec import Host
+        >>> h = Host.model_validate({"address": "x", "vllm": {"version": "0.11.0",
+        ...     "variant": "cu129"}, "servers": {"a": {"model": "m", "port": 1, "gpus": [0]},
+        ...     "b": {"model": "m", "port": 2, "gpus": [0]}}})
+        >>> start_order(h)
+        {'a': [], 'b': ['a']}
+    """
+    order: dict[str, list[str]] = {}
+    seen: list[tuple[str, set[int]]] = []
+    for name, server in host.servers.items():
+        gpus = set(server.gpus)
+        order[name] = [other for other, used in seen if used & gpus]
+        seen.append((name, gpus))
+    return order
+
+
+def server_env(
+    host: Host, name: str, server: Server, secret: Callable[[SecretRef], str]
+) -> dict[str, str]:
+    """The environment of one server: its own directories, offline hub, GPUs, secrets, extras."""
+    cache = f"/var/cache/vllm-fleet/{name}"
+    env = {
+        "HOME": f"/var/lib/vllm-fleet/{name}",
+        "TMPDIR": f"{cache}/tmp",
+        "XDG_CACHE_HOME": cache,
+        "VLLM_CACHE_ROOT": f"{cache}/vllm",
+        "HF_HOME": f"{cache}/huggingface",
+        "TORCHINDUCTOR_CACHE_DIR": f"{cache}/inductor",
+        "VLLM_RPC_BASE_PATH": f"/run/vllm-fleet-{name}",
+        "HF_HUB_OFFLINE": "1",
+        "VLLM_NO_USAGE_STATS": "1",
+        "DO_NOT_TRACK": "1",
+    }
+    if host.vllm.variant is Variant.cpu:
+        env["VLLM_CPU_KVCACHE_SPACE"] = str(host.vllm.cpu_kvcache_space_gib)
+    else:
+        env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in server.gpus)
+    env.update(server.env)
+    if server.api_key is not None:
+        env["VLLM_API_KEY"] = secret(server.api_key)
+    return env
+
+
+def render_unit(fleet: Fleet, host_name: str, name: str) -> str:
+    """The systemd unit text of one server."""
+    host = fleet.hosts[host_name]
+    server = host.servers[name]
+    command = [
+        f"{VENV_DIR}/bin/python",
+        "-m",
+        "vllm.entrypoints.openai.api_server",
+        "--model",
+        model_path(server.model),
+        "--served-model-name",
+        server.served_model_name or server.model,
+        "--host",
+        server.host,
+        "--port",
+        str(server.port),
+        *vllm_args(server),
+    ]
+    return _env.get_template("vllm-server.service.j2").render(
+        host_name=host_name,
+        server_name=name,
+        served_name=server.served_model_name or server.model,
+        bind=server.host,
+        port=server.port,
+        after=[unit_name(other) for other in start_order(host)[name]],
+        user=SERVICE_USER,
+        env_file=f"{ENV_DIR}/{name}.env",
+        state_dir=f"vllm-fleet/{name}",
+        cache_dirs=[f"vllm-fleet/{name}", f"vllm-fleet/{name}/tmp"],
+        runtime_dir=f"vllm-fleet-{name}",
+        exec_start=" ".join(systemd_quote(word) for word in command),
+        python=f"{VENV_DIR}/bin/python",
+        wait_script=WAIT_SCRIPT,
+        start_timeout=START_TIMEOUT,
+        gpu_devices=(
+            [f"/dev/nvidia{i}" for i in sorted(set(server.gpus))] + NVIDIA_DEVICES
+            if host.vllm.variant is not Variant.cpu
+            else []
+        ),
+    )
+
+
+def render_env(env: dict[str, str], server_name: str) -> str:
+    """The EnvironmentFile text of one server."""
+    quoted = {key: env_quote(value) for key, value in env.items()}
+    return _env.get_template("vllm-server.env.j2").render(env=quoted, server_name=server_name)
+
+
+def render_sysctl(sysctl: dict[str, int | str]) -> str:
+    """The sysctl.d drop-in text."""
+    return _env.get_template("sysctl.conf.j2").render(sysctl=sysctl)
+
+
+def read_secret(ref: SecretRef) -> str:
+    """Resolve a secret reference on the control machine; raise ValueError if it is missing."""
+    if ref.env is not None:
+        value = os.environ.get(ref.env)
+        if not value:
+            raise ValueError(f"environment variable {ref.env} is not set")
+        return value.strip()
+    assert ref.file is not None
+    try:
+        return Path(ref.file).expanduser().read_text(encoding="utf-8").strip()
+    except OSError as err:
+        raise ValueError(f"cannot read secret file {ref.file}: {err.strerror}") from None
+
+
+def host_plan(
+    fleet: Fleet, host_name: str, secrets: Callable[[SecretRef], str] = read_secret
+) -> dict[str, Any]:
+    """Everything the deploys need for one host, as plain (JSON-able) data."""
+    host = fleet.hosts[host_name]
+    variant = host.vllm.variant
+    models = sorted({server.model for server in host.servers.values()})
+    servers = []
+    for name, server in host.servers.items():
+        env = server_env(host, name, server, secrets)
+        servers.append(
+            {
+                "name": name,
+                "unit": unit_name(name),
+                "unit_path": f"{UNIT_DIR}/{unit_name(name)}",
+                "unit_text": render_unit(fleet, host_name, name),
+                "env_path": f"{ENV_DIR}/{name}.env",
+                "env_text": render_env(env, name),
+                "model": server.model,
+                "served_name": server.served_model_name or server.model,
+                "host": server.host,
+                "port": server.port,
+                "has_api_key": server.api_key is not None,
+                "after": start_order(host)[name],
+            }
+        )
+    return {
+        "host": host_name,
+        "variant": variant.value,
+        "python": host.os.python,
+        "venv": VENV_DIR,
+        "vllm_package": host.vllm.package,
+        "vllm_version": host.vllm.version,
+        "pip_remove": CPU_CONFLICTS if variant is Variant.cpu else [],
+        "apt_packages": ["python3-venv", *(["libnuma1"] if variant is Variant.cpu else [])],
+        "user": SERVICE_USER,
+        "sysctl": dict(host.os.sysctl),
+        "sysctl_path": SYSCTL_DROPIN,
+        "sysctl_text": render_sysctl(host.os.sysctl) if host.os.sysctl else "",
+        "models_dir": MODELS_DIR,
+        "models": [
+            {
+                "name": name,
+                "url": fleet.models[name].url,
+                "sha256": fleet.models[name].sha256,
+                "hf": fleet.models[name].hf,
+                "revision": fleet.models[name].revision,
+                "path": model_path(name),
+            }
+            for name in models
+        ],
+        "servers": servers,
+        "remote_dir": REMOTE_DIR,
+        "wait_script": WAIT_SCRIPT,
+        "env_dir": ENV_DIR,
+    }
+
+
+def command_line(plan_server: dict[str, Any]) -> str:
+    """The ExecStart line of a rendered unit, for people reading `fleet render`."""
+    for line in plan_server["unit_text"].splitlines():
+        if line.startswith("ExecStart="):
+            return line[len("ExecStart=") :]
+    return shlex.join([])
