@@ -7,7 +7,8 @@ Example:
 
 from __future__ import annotations
 
-from pyinfra.api import OperationMeta, deploy
+from pyinfra.api import deploy
+from pyinfra.api.operation import OperationMeta
 from pyinfra.api.exceptions import DeployError
 from pyinfra.operations import files
 

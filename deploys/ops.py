@@ -8,7 +8,7 @@ Example:
 
 from __future__ import annotations
 
-from pyinfra import host
+from pyinfra import host, logger
 from pyinfra.api import QuoteString, StringCommand, operation
 from pyinfra.facts.server import Sysctl
 
@@ -45,9 +45,9 @@ def sysctl_applied(values: dict[str, int | str]):
         if str(have) == str(wanted):
             host.noop(f"sysctl {key} is {wanted}")
         elif not writable.get(key, False):
-            host.noop(
-                f"sysctl {key}: not applicable here (/proc/sys is read-only, e.g. in a "
-                f"container); the kernel has {have}, the drop-in asks {wanted}"
+            logger.warning(
+                f"{host.print_prefix}sysctl {key}: not applicable here (/proc/sys is read-only, "
+                f"e.g. in a container); the kernel has {have}, the drop-in asks {wanted}"
             )
         else:
             yield StringCommand("sysctl", "-w", QuoteString(f"{key}={wanted}"))

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from io import StringIO
 
-from pyinfra.api import OperationMeta, deploy
+from pyinfra.api import deploy
+from pyinfra.api.operation import OperationMeta
 from pyinfra.operations import files, server, systemd
 from pyinfra.operations.util import any_changed
 

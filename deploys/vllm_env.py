@@ -8,7 +8,8 @@ Example:
 from __future__ import annotations
 
 from pyinfra import host
-from pyinfra.api import OperationMeta, deploy
+from pyinfra.api import deploy
+from pyinfra.api.operation import OperationMeta
 from pyinfra.api.exceptions import DeployError
 from pyinfra.operations import apt, pip
 

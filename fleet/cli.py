@@ -266,9 +266,11 @@ def build_parser() -> argparse.ArgumentParser:
     models.add_argument("--port", type=int, default=8765)
     models.set_defaults(func=cmd_modelserver)
 
-    verify = sub.add_parser("verify", help="run the testinfra suite against the fleet's hosts")
+    verify = sub.add_parser(
+        "verify",
+        help="run the testinfra suite against the fleet's hosts (extra options go to pytest)",
+    )
     verify.add_argument("fleet", nargs="?", default=default)
-    verify.add_argument("pytest_args", nargs=argparse.REMAINDER)
     verify.set_defaults(func=cmd_verify)
 
     complete = sub.add_parser("complete", help="ask a deployed server for a completion")
@@ -285,7 +287,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``fleet`` console script."""
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
+    if args.command == "verify":
+        args.pytest_args = extra
+    elif extra:
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
     try:
         return args.func(args)
     except KeyboardInterrupt:

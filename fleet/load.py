@@ -16,6 +16,7 @@ Example:
 from __future__ import annotations
 
 import copy
+import dataclasses
 import difflib
 import types
 import typing
@@ -27,6 +28,7 @@ from pydantic import BaseModel, ValidationError
 from ruamel.yaml import YAML
 from ruamel.yaml.comments import CommentedMap, CommentedSeq
 from ruamel.yaml.error import MarkedYAMLError, YAMLError
+from ruamel.yaml.reader import ReaderError
 
 from fleet.spec import Fleet
 
@@ -102,8 +104,11 @@ def _collect(node: Any, path: Loc, pos: Positions) -> Any:
             try:
                 line, col = node.lc.key(key)
                 pos.keys[sub] = (line + 1, col + 1)
-                vline, vcol = node.lc.value(key)
-                pos.values[sub] = (vline + 1, vcol + 1)
+                # A nested mapping or list "starts" at its first entry, and an empty value
+                # where the next token does: locate those by their key.
+                if value is not None and not isinstance(value, CommentedMap | CommentedSeq):
+                    vline, vcol = node.lc.value(key)
+                    pos.values[sub] = (vline + 1, vcol + 1)
             except (KeyError, TypeError, AttributeError):
                 pass
             out[key] = _collect(value, sub, pos)
@@ -254,9 +259,18 @@ def parse_yaml(text: str, file: str) -> tuple[Any, Positions]:
         column = mark.column + 1 if mark else None
         what = (err.problem or err.context or "invalid YAML").strip()
         raise FleetError([Problem(file, line, column, (), f"YAML: {what}")]) from None
+    except ReaderError as err:
+        if not isinstance(err.character, int) or not 0 <= err.position <= len(text):
+            raise FleetError([Problem(file, None, None, (), f"YAML: {err}")]) from None
+        before = text[: err.position]
+        line, column = before.count("\n") + 1, err.position - before.rfind("\n")
+        what = f"YAML: unacceptable character #x{err.character:04x}: {err.reason}"
+        raise FleetError([Problem(file, line, column, (), what)]) from None
     except YAMLError as err:
         raise FleetError([Problem(file, None, None, (), f"YAML: {err}")]) from None
     positions = Positions()
+    if isinstance(node, CommentedMap | CommentedSeq):
+        positions.keys[()] = (node.lc.line + 1, node.lc.col + 1)
     return _collect(node, (), positions), positions
 
 
@@ -288,17 +302,31 @@ def load_text(text: str, file: str = "<fleet>") -> Fleet:
 
     raw, positions = parse_yaml(text, file)
     if not isinstance(raw, dict):
-        raise FleetError([Problem(file, 1, 1, (), "a fleet file is a mapping with version, hosts")])
+        line, column = positions.keys.get((), (1, 1))
+        message = "a fleet file is a mapping with version, hosts"
+        raise FleetError([Problem(file, line, column, (), message)])
     merged, origin = merge_defaults(raw)
     try:
         fleet = Fleet.model_validate(merged)
     except ValidationError as err:
         problems = []
+        alternatives: dict[Loc, list[Problem]] = {}
         for error in err.errors():
-            source, _ = _location(tuple(error["loc"]), positions, origin)
+            # A bad dict key is reported at the key itself, without pydantic's "[key]" marker.
+            full = tuple(part for part in error["loc"] if part != "[key]")
+            loc = _data_loc(full, merged)
+            source, _ = _location(loc, positions, origin)
             line, column = positions.find(source, value=error["type"] != "extra_forbidden")
             message, hint = _message(error)
-            problems.append(Problem(file, line, column, source, message, hint))
+            problem = Problem(file, line, column, source, message, hint)
+            if loc != full:  # one member of a union ("int", "str", ...): join them below
+                alternatives.setdefault(source, []).append(problem)
+            else:
+                problems.append(problem)
+        for members in alternatives.values():
+            wanted = dict.fromkeys(m.message.removeprefix("Input should be ") for m in members)
+            message = "Input should be " + ", or ".join(wanted)
+            problems.append(dataclasses.replace(members[0], message=message))
         raise FleetError(_unique(problems)) from None
     problems = []
     for path, message, hint in check_fleet(fleet):
@@ -308,6 +336,19 @@ def load_text(text: str, file: str = "<fleet>") -> Fleet:
     if problems:
         raise FleetError(_unique(problems))
     return fleet
+
+
+def _data_loc(loc: Loc, data: Any) -> Loc:
+    """The part of a pydantic ``loc`` that exists in ``data``: drops union member tags."""
+    for end, part in enumerate(loc):
+        in_list = isinstance(data, list) and isinstance(part, int) and 0 <= part < len(data)
+        if in_list or (isinstance(data, dict) and part in data):
+            data = data[part]
+        elif isinstance(data, dict) and end == len(loc) - 1:
+            return loc  # a missing key
+        else:
+            return loc[:end]
+    return loc
 
 
 def _unique(problems: list[Problem]) -> list[Problem]:

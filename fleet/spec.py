@@ -244,6 +244,12 @@ class Server(Strict):
                 raise ValueError(f"{key!r} is set by {RESERVED_ARGS[key]}, not by args")
             if arg is False:
                 raise ValueError(f"{key}: false — leave the flag out instead")
+        for name in ("tensor-parallel-size", "pipeline-parallel-size"):
+            size = value.get(name)
+            if size is not None and (isinstance(size, bool) or not isinstance(size, int)):
+                raise ValueError(f"{name} must be a whole number of GPUs")
+            if size is not None and size < 1:
+                raise ValueError(f"{name} must be at least 1")
         gmu = value.get("gpu-memory-utilization")
         if gmu is not None and (
             isinstance(gmu, bool) or not isinstance(gmu, int | float) or not 0 < gmu <= 1

@@ -1,0 +1,64 @@
+"""Targets of the verify suite: every (host, server) of the fleet file ``$FLEET``.
+
+``fleet verify`` sets FLEET and FLEET_SSH_CONFIG (an ssh_config with one Host entry per fleet
+host) and runs this folder with pytest; each test gets a ``target`` with the testinfra host and
+the server's plan.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+import testinfra
+
+from fleet.load import load_fleet
+from fleet.render import host_plan
+
+
+@dataclass
+class Target:
+    """One server of one host, reached through testinfra."""
+
+    host_name: str
+    host: Any  # testinfra.host.Host
+    plan: dict[str, Any]
+    server: dict[str, Any]
+
+    def __str__(self) -> str:
+        return f"{self.host_name}/{self.server['name']}"
+
+
+def _targets() -> list[tuple[str, dict[str, Any], dict[str, Any]]]:
+    fleet = load_fleet(os.environ["FLEET"])
+    found = []
+    for name in fleet.hosts:
+        plan = host_plan(fleet, name, secrets=lambda ref: "")
+        for server in plan["servers"]:
+            found.append((name, plan, server))
+    return found
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "target" in metafunc.fixturenames:
+        targets = _targets()
+        metafunc.parametrize(
+            "target_spec", targets, ids=[f"{h}/{s['name']}" for h, _, s in targets],
+            indirect=False,
+        )
+
+
+_hosts: dict[str, Any] = {}
+
+
+@pytest.fixture
+def target(target_spec) -> Target:
+    """The testinfra host and server plan for one (host, server) pair."""
+    name, plan, server = target_spec
+    if name not in _hosts:
+        _hosts[name] = testinfra.get_host(
+            f"ssh://{name}", ssh_config=os.environ["FLEET_SSH_CONFIG"]
+        )
+    return Target(name, _hosts[name], plan, server)
