@@ -8,8 +8,8 @@ Example:
 from __future__ import annotations
 
 from pyinfra.api import deploy
-from pyinfra.api.operation import OperationMeta
 from pyinfra.api.exceptions import DeployError
+from pyinfra.api.operation import OperationMeta
 from pyinfra.operations import files
 
 from deploys import ops

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from pyinfra import host
 from pyinfra.api import deploy
-from pyinfra.api.operation import OperationMeta
 from pyinfra.api.exceptions import DeployError
+from pyinfra.api.operation import OperationMeta
 from pyinfra.operations import apt, pip
 
 from deploys import ops

@@ -39,7 +39,7 @@ def _load_or_report(path: str):
     except FleetError as error:
         err.print(f"[bold red]{path}: invalid[/] ({_plural(len(error.problems), 'problem')})")
         for problem in error.problems:
-            err.print(f"  {problem}", markup=False)
+            err.print(f"  {problem}", markup=False, soft_wrap=True)
         return None
 
 
@@ -152,7 +152,7 @@ def _connect(path: str):
     except FleetError as error:
         err.print(f"[bold red]{path}: cannot reach hosts[/]")
         for problem in error.problems:
-            err.print(f"  {problem}", markup=False)
+            err.print(f"  {problem}", markup=False, soft_wrap=True)
         return None
 
 

@@ -1,9 +1,9 @@
 """Build pyinfra's inventory (hosts and their data) from a fleet file.
 
 Example:
-    >>> hosts = inventory_hosts("inventory/sandbox.yaml")   # doctest: +SKIP
-    >>> hosts[0][0], hosts[0][1]["ssh_hostname"]           # doctest: +SKIP
-    ('sandbox-1', '127.0.0.1')
+    hosts = inventory_hosts("inventory/sandbox.yaml")
+    hosts[0][0], hosts[0][1]["ssh_hostname"]
+    # → ('sandbox-1', '127.0.0.1')
 """
 
 from __future__ import annotations

@@ -13,12 +13,12 @@ pid file and log live in the state directory ``$FLEET_SANDBOX_DIR`` (default
 Example::
 
     >>> from fleet import modelserver
-    >>> pid = modelserver.start("testmodel", port=8765)     # doctest: +SKIP
-    >>> modelserver.start("testmodel", port=8765) == pid    # idempotent  # doctest: +SKIP
-    True
+    pid = modelserver.start("testmodel", port=8765)
+    modelserver.start("testmodel", port=8765) == pid    # idempotent
+    # → True
     >>> # curl -O http://127.0.0.1:8765/tiny-llama.tar.gz
-    >>> modelserver.stop(8765)                              # doctest: +SKIP
-    True
+    modelserver.stop(8765)
+    # → True
 
 or from a shell: ``python -m fleet.modelserver start testmodel --port 8765``, ``... status``,
 ``... stop``.
@@ -265,8 +265,8 @@ def start(
     Raises PortInUseError if another process holds the port, ModelServerError if our server on
     this port serves a different directory or the new one fails to come up.
 
-    >>> start("testmodel", port=8765)  # doctest: +SKIP
-    12345
+    start("testmodel", port=8765)
+    # → 12345
     """
     root = Path(directory).resolve()
     if not root.is_dir():
@@ -301,8 +301,8 @@ def stop(port: int = DEFAULT_PORT, timeout: float = 10.0) -> bool:
     A pid whose command line is not our server's (stale pid file, reused pid) is never
     signalled; the stale pid file is removed. Idempotent.
 
-    >>> stop(8765)  # doctest: +SKIP
-    True
+    stop(8765)
+    # → True
     """
     _check_port_number(port)
     with _locked(port):
@@ -319,8 +319,8 @@ def stop(port: int = DEFAULT_PORT, timeout: float = 10.0) -> bool:
 def status(port: int = DEFAULT_PORT) -> Status:
     """Whether our server runs on ``port``, with its pid, directory and host.
 
-    >>> status(8765).running  # doctest: +SKIP
-    False
+    status(8765).running
+    # → False
     """
     pf, lf = str(pid_file(port)), str(log_file(port))
     pid = _read_pid(pid_file(port))

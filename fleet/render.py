@@ -55,6 +55,16 @@ NVIDIA_DEVICES = [
 
 _SAFE = re.compile(r"^[A-Za-z0-9_./:=,+@-]+$")
 
+def systemd_text(text: str) -> str:
+    """Escape free text for a unit setting where systemd expands specifiers (``%``).
+
+    Example:
+        >>> systemd_text("50% of %n")
+        '50%% of %%n'
+    """
+    return text.replace("%", "%%")
+
+
 _env = jinja2.Environment(
     loader=jinja2.FileSystemLoader(TEMPLATES),
     undefined=jinja2.StrictUndefined,
@@ -63,6 +73,7 @@ _env = jinja2.Environment(
     keep_trailing_newline=True,
     autoescape=False,
 )
+_env.filters["systemd_text"] = systemd_text
 
 
 def systemd_quote(word: str) -> str:

@@ -14,13 +14,13 @@ read-only at the same paths, the way real sites reach an internal mirror; the ho
 certificates are copied into the image at build time.
 
 Example:
-    >>> from fleet import sandbox  # doctest: +SKIP
-    >>> [h.state for h in sandbox.up({"gpu-a": [18000], "gpu-b": [18001]})]  # doctest: +SKIP
-    ['running', 'running']
-    >>> sandbox.connection("gpu-a")["ssh_port"]  # doctest: +SKIP
-    2222
-    >>> [h.state for h in sandbox.down(["gpu-a", "gpu-b"])]  # doctest: +SKIP
-    ['absent', 'absent']
+    from fleet import sandbox
+    [h.state for h in sandbox.up({"gpu-a": [18000], "gpu-b": [18001]})]
+    # → ['running', 'running']
+    sandbox.connection("gpu-a")["ssh_port"]
+    # → 2222
+    [h.state for h in sandbox.down(["gpu-a", "gpu-b"])]
+    # → ['absent', 'absent']
 """
 
 from __future__ import annotations
@@ -116,8 +116,8 @@ class SandboxHost:
     + ports: service ports declared for the host (informational)
 
     Example:
-        >>> SandboxHost("gpu-a", "running", 2222, 4242, [18000])  # doctest: +SKIP
-        SandboxHost(name='gpu-a', state='running', ssh_port=2222, pid=4242, ports=[18000])
+        SandboxHost("gpu-a", "running", 2222, 4242, [18000])
+        # → SandboxHost(name='gpu-a', state='running', ssh_port=2222, pid=4242, ports=[18000])
     """
 
     name: str
@@ -142,8 +142,8 @@ def build_image(*, force: bool = False) -> Path:
     + force: rebuild even if an image with the current recipe exists (refused while in use)
 
     Example:
-        >>> build_image()  # doctest: +SKIP
-        PosixPath('/var/cache/vllm-fleet/images/debian-bookworm-3f2a9c01d4e5')
+        build_image()
+        # → PosixPath('/var/cache/vllm-fleet/images/debian-bookworm-3f2a9c01d4e5')
     """
     _require_root()
     _require_tools("mmdebstrap")
@@ -189,8 +189,9 @@ def up(hosts: dict[str, list[int]]) -> list[SandboxHost]:
     + hosts: host name -> its service ports
 
     Example:
-        >>> up({"gpu-a": [18000, 18001]})  # doctest: +SKIP
-        [SandboxHost(name='gpu-a', state='running', ssh_port=2222, pid=4242, ports=[18000, 18001])]
+        up({"gpu-a": [18000, 18001]})
+        # → [SandboxHost(name='gpu-a', state='running', ssh_port=2222, pid=4242,
+        #                ports=[18000, 18001])]
     """
     for name in hosts:
         _check_name(name)
@@ -242,8 +243,8 @@ def down(names: list[str]) -> list[SandboxHost]:
     + names: host names; absent ones are fine
 
     Example:
-        >>> down(["gpu-a"])  # doctest: +SKIP
-        [SandboxHost(name='gpu-a', state='absent', ssh_port=None, pid=None, ports=[])]
+        down(["gpu-a"])
+        # → [SandboxHost(name='gpu-a', state='absent', ssh_port=None, pid=None, ports=[])]
     """
     for name in names:
         _check_name(name)
@@ -264,9 +265,9 @@ def status(names: list[str]) -> list[SandboxHost]:
     + names: host names
 
     Example:
-        >>> status(["gpu-a", "nope"])  # doctest: +SKIP
-        [SandboxHost(name='gpu-a', state='running', ssh_port=2222, pid=4242, ports=[18000]),
-         SandboxHost(name='nope', state='absent', ssh_port=None, pid=None, ports=[])]
+        status(["gpu-a", "nope"])
+        # → [SandboxHost(name='gpu-a', state='running', ssh_port=2222, pid=4242, ports=[18000]),
+        # →  SandboxHost(name='nope', state='absent', ssh_port=None, pid=None, ports=[])]
     """
     for name in names:
         _check_name(name)
@@ -277,8 +278,8 @@ def list_hosts() -> list[str]:
     """Names of the sandbox hosts that have state under :data:`SANDBOX_DIR`, sorted.
 
     Example:
-        >>> list_hosts()  # doctest: +SKIP
-        ['gpu-a', 'gpu-b']
+        list_hosts()
+        # → ['gpu-a', 'gpu-b']
     """
     if not SANDBOX_DIR.is_dir():
         return []
@@ -291,11 +292,11 @@ def connection(name: str) -> dict | None:
     + name: host name
 
     Example:
-        >>> connection("gpu-a")  # doctest: +SKIP
-        {'ssh_hostname': '127.0.0.1', 'ssh_port': 2222, 'ssh_user': 'root',
-         'ssh_key': '/var/lib/vllm-fleet/sandbox/id_ed25519',
-         'ssh_known_hosts_file': '/var/lib/vllm-fleet/sandbox/known_hosts',
-         'ssh_strict_host_key_checking': 'yes'}
+        connection("gpu-a")
+        # → {'ssh_hostname': '127.0.0.1', 'ssh_port': 2222, 'ssh_user': 'root',
+        # →  'ssh_key': '/var/lib/vllm-fleet/sandbox/id_ed25519',
+        # →  'ssh_known_hosts_file': '/var/lib/vllm-fleet/sandbox/known_hosts',
+        # →  'ssh_strict_host_key_checking': 'yes'}
     """
     host = status([name])[0]
     if host.state != "running":
@@ -317,9 +318,9 @@ def ssh_argv(name: str, command: str) -> list[str]:
     + command: shell command to run there
 
     Example:
-        >>> argv = ssh_argv("gpu-a", "hostname")  # doctest: +SKIP
-        >>> subprocess.run(argv, capture_output=True, text=True).stdout  # doctest: +SKIP
-        'gpu-a\\n'
+        argv = ssh_argv("gpu-a", "hostname")
+        subprocess.run(argv, capture_output=True, text=True).stdout
+        # → 'gpu-a\\n'
     """
     host = status([name])[0]
     if host.ssh_port is None:
@@ -928,9 +929,9 @@ def _pip_binds(image: Path) -> list[tuple[Path, Path, bool]]:
     alone. The host's pip cache is bound read-write when present.
 
     Example:
-        >>> _pip_binds(build_image())  # doctest: +SKIP
-        [(PosixPath('/etc/pip.conf'), PosixPath('/etc/pip.conf'), True),
-         (PosixPath('/etc/xdg/pip'), PosixPath('/etc/xdg/pip'), True), ...]
+        _pip_binds(build_image())
+        # → [(PosixPath('/etc/pip.conf'), PosixPath('/etc/pip.conf'), True),
+        # →  (PosixPath('/etc/xdg/pip'), PosixPath('/etc/xdg/pip'), True), ...]
     """
     wanted: list[Path] = []
 

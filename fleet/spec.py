@@ -22,6 +22,8 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
+#: Characters that would end a line of a unit or environment file (or cannot be in one).
+_LINE_BREAK = re.compile(r"[\n\r\x00]")
 NAME_PATTERN = r"^[a-z0-9][a-z0-9._-]{0,62}$"
 Name = Annotated[str, Field(pattern=NAME_PATTERN)]
 ArgValue = bool | int | float | str | list[int | float | str]
@@ -244,6 +246,9 @@ class Server(Strict):
                 raise ValueError(f"{key!r} is set by {RESERVED_ARGS[key]}, not by args")
             if arg is False:
                 raise ValueError(f"{key}: false — leave the flag out instead")
+            for item in arg if isinstance(arg, list) else [arg]:
+                if isinstance(item, str) and _LINE_BREAK.search(item):
+                    raise ValueError(f"{key}: a flag value must fit on one line of the unit")
         for name in ("tensor-parallel-size", "pipeline-parallel-size"):
             size = value.get(name)
             if size is not None and (isinstance(size, bool) or not isinstance(size, int)):
@@ -263,6 +268,15 @@ class Server(Strict):
         for key in value:
             if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", key):
                 raise ValueError(f"{key!r} is not an environment variable name")
+            if _LINE_BREAK.search(value[key]):
+                raise ValueError(f"{key}: an environment value must fit on one line")
+        return value
+
+    @field_validator("served_model_name")
+    @classmethod
+    def _served_model_name(cls, value: str | None) -> str | None:
+        if value is not None and _LINE_BREAK.search(value):
+            raise ValueError("the served model name must fit on one line of the unit")
         return value
 
     @property
