@@ -12,11 +12,11 @@ pid file and log live in the state directory ``$FLEET_SANDBOX_DIR`` (default
 
 Example::
 
-    >>> from fleet import modelserver
+    from fleet import modelserver
     pid = modelserver.start("testmodel", port=8765)
     modelserver.start("testmodel", port=8765) == pid    # idempotent
     # → True
-    >>> # curl -O http://127.0.0.1:8765/tiny-llama.tar.gz
+    # curl -O http://127.0.0.1:8765/tiny-llama.tar.gz
     modelserver.stop(8765)
     # → True
 
