@@ -8,7 +8,7 @@ scripts/install.sh || exit 1
 echo "==> ruff"
 .venv/bin/ruff check . || exit 1
 echo "==> pytest"
-.venv/bin/python -m pytest "$@"
+.venv/bin/python -m pytest --durations=10 "$@"
 status=$?
 if [[ $status -eq 5 ]]; then
     echo "pytest collected no tests: that is a failure, not a pass" >&2
