@@ -6,12 +6,23 @@ Run it with the fleet inventory, which validates the fleet file before any host 
     FLEET=inventory/examples/workstation-4090.yaml pyinfra inventory.py deploy.py
 """
 
+from pyinfra import host
+
+from deploys.cuda import cuda
+from deploys.host_tuning import host_tuning
 from deploys.models import models
+from deploys.nvidia import nvidia
 from deploys.os_tuning import os_tuning
 from deploys.services import services
 from deploys.vllm_env import vllm_env
 
+# The stack under vLLM: NVIDIA parts only on hosts that declare os.nvidia / os.cuda.
+nvidia()
+cuda()
+host_tuning()
 os_tuning()
-venv_changed = vllm_env()
-models_changed = models()
-services(venv_changed=venv_changed, models_changed=models_changed)
+# A host without servers gets the stack only (e.g. a GPU host prepared ahead of its models).
+if host.data.get("fleet", {}).get("stack", {}).get("serves", True):
+    venv_changed = vllm_env()
+    models_changed = models()
+    services(venv_changed=venv_changed, models_changed=models_changed)

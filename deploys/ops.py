@@ -8,12 +8,15 @@ Example:
 
 from __future__ import annotations
 
+import hashlib
+
 from pyinfra import host, logger
 from pyinfra.api import QuoteString, StringCommand, operation
+from pyinfra.facts.files import Sha256File
 from pyinfra.facts.server import Sysctl
 
 from facts.sysctl import SysctlWritable
-from facts.vllm import ModelManifest, VenvPackages
+from facts.vllm import VenvPackages
 
 
 def _release(version: str) -> str:
@@ -90,35 +93,94 @@ def vllm_installed(venv: str, requirement: str, version: str, remove: list[str] 
 
 
 @operation()
-def model_installed(model: str, url: str, sha256: str, path: str, models_dir: str, script: str):
-    """Make ``path`` serve the model archive with this SHA256, verified before it goes live.
+def previous_saved(path: str, text: str, backup: str):
+    """Save the current copy of a file before a new text replaces it (for restore on failure).
 
-    + model: model name (the link name under models_dir)
-    + url: archive URL, fetched by the host itself
-    + sha256: the archive's expected digest
-    + path: the live path servers use (a link to a verified version)
-    + models_dir: where versions and staging live
-    + script: the host-side installer (fetch_model.py)
+    + path: the live file
+    + text: the text about to be written there
+    + backup: where to keep the current copy (its folder must exist)
 
     **Example:**
 
     .. code:: python
 
-        ops.model_installed(model="tiny", url="http://127.0.0.1:8765/tiny.tar.gz",
-                            sha256="…", path="/var/lib/vllm-fleet/models/tiny",
-                            models_dir="/var/lib/vllm-fleet/models",
-                            script="/usr/local/lib/vllm-fleet/fetch_model.py")
+        ops.previous_saved(path="/etc/systemd/system/vllm-chat.service", text=unit_text,
+                           backup="/var/lib/vllm-fleet/previous/vllm-chat.service")
     """
-    manifest = host.get_fact(ModelManifest, path=path)
-    if manifest is not None and manifest.get("sha256") == sha256:
-        host.noop(f"model {model} {sha256[:16]} is installed and verified")
+    current = host.get_fact(Sha256File, path=path)
+    wanted = hashlib.sha256(text.encode()).hexdigest()
+    if current is None or current == wanted:
+        host.noop(f"{path} is unchanged or new: nothing to save")
+        return
+    yield StringCommand("cp", "-p", QuoteString(path), QuoteString(backup))
+
+
+@operation(is_idempotent=False)
+def server_restarted(unit: str, restore: dict[str, str], script: str):
+    """Restart a unit; if it fails, restore the saved files and start the previous service.
+
+    + unit: the systemd unit
+    + restore: live path → saved copy (from previous_saved)
+    + script: the host-side restart_or_restore.py
+
+    **Example:**
+
+    .. code:: python
+
+        ops.server_restarted(unit="vllm-chat.service", restore={unit_path: backup},
+                             script="/usr/local/lib/vllm-fleet/restart_or_restore.py",
+                             _if=any_changed(unit_op, env_op))
+    """
+    pairs = [QuoteString(f"{live}={saved}") for live, saved in sorted(restore.items())]
+    restore_args: list[object] = []
+    for pair in pairs:
+        restore_args += ["--restore", pair]
+    yield StringCommand("python3", QuoteString(script), "--unit", QuoteString(unit), *restore_args)
+
+
+def _exec_start(unit_text: str) -> str:
+    """The ExecStart= value of a unit's text.
+
+    Example:
+        >>> _exec_start("[Service]\\nExecStart=/venv/bin/python -m m --port 1\\n")
+        '/venv/bin/python -m m --port 1'
+    """
+    for line in unit_text.splitlines():
+        if line.startswith("ExecStart="):
+            return line[len("ExecStart=") :]
+    raise ValueError("the unit has no ExecStart= line")
+
+
+@operation()
+def server_args_valid(unit: str, unit_path: str, unit_text: str, python: str, script: str):
+    """Check a server's command line with the installed vLLM's parser, before its unit is written.
+
+    + unit: the unit's name (for messages)
+    + unit_path: where the unit is written
+    + unit_text: the unit about to be written; its ExecStart= is what vLLM parses
+    + python: the venv's interpreter, so the vLLM that will serve is the one that checks
+    + script: the host-side check (validate_args.py)
+
+    Runs only when the unit would change (an unchanged unit was checked when it was written, and
+    importing vLLM takes seconds); a rejected line fails the host with vLLM's own message, so the
+    unit is not written and the running server keeps its old one.
+
+    **Example:**
+
+    .. code:: python
+
+        ops.server_args_valid(unit="vllm-chat.service",
+                              unit_path="/etc/systemd/system/vllm-chat.service",
+                              unit_text=unit_text, python="/opt/vllm-fleet/venv/bin/python",
+                              script="/usr/local/lib/vllm-fleet/validate_args.py")
+    """
+    current = host.get_fact(Sha256File, path=unit_path)
+    if current == hashlib.sha256(unit_text.encode()).hexdigest():
+        host.noop(f"{unit} is unchanged: vLLM checked its flags when it was written")
         return
     yield StringCommand(
-        "python3", QuoteString(script),
-        "--name", QuoteString(model),
-        "--url", QuoteString(url),
-        "--sha256", QuoteString(sha256),
-        "--models-dir", QuoteString(models_dir),
+        QuoteString(python), QuoteString(script), "--name", QuoteString(unit),
+        "--exec-start", QuoteString(_exec_start(unit_text)),
     )
 
 

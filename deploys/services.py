@@ -52,6 +52,15 @@ def services(venv_changed: OperationMeta, models_changed: dict[str, OperationMet
         group="root",
         mode="755",
     )
+    validator = f"{plan['remote_dir']}/validate_args.py"
+    files.put(
+        name="Upload the vLLM flag check",
+        src=script("validate_args.py"),
+        dest=validator,
+        user="root",
+        group="root",
+        mode="755",
+    )
     checker = f"{plan['remote_dir']}/check_ready.py"
     files.put(
         name="Upload the readiness check",
@@ -61,9 +70,48 @@ def services(venv_changed: OperationMeta, models_changed: dict[str, OperationMet
         group="root",
         mode="755",
     )
+    previous = "/var/lib/vllm-fleet/previous"
+    files.directory(
+        name="Create the folder for previous configurations",
+        path=previous,
+        user="root",
+        group="root",
+        mode="700",
+    )
+    restarter = f"{plan['remote_dir']}/restart_or_restore.py"
+    files.put(
+        name="Upload the restart-or-restore helper",
+        src=script("restart_or_restore.py"),
+        dest=restarter,
+        user="root",
+        group="root",
+        mode="755",
+    )
     python = f"{plan['venv']}/bin/python"
     for entry in plan["servers"]:
         unit = entry["unit"]
+        ops.server_args_valid(
+            name=f"Check the flags of {unit} with the installed vLLM",
+            unit=unit,
+            unit_path=entry["unit_path"],
+            unit_text=entry["unit_text"],
+            python=python,
+            script=validator,
+        )
+        saved_unit = f"{previous}/{unit}"
+        saved_env = f"{previous}/{entry['name']}.env"
+        ops.previous_saved(
+            name=f"Keep the current environment of {unit}",
+            path=entry["env_path"],
+            text=entry["env_text"],
+            backup=saved_env,
+        )
+        ops.previous_saved(
+            name=f"Keep the current {unit}",
+            path=entry["unit_path"],
+            text=entry["unit_text"],
+            backup=saved_unit,
+        )
         env_op = files.put(
             name=f"Write the environment of {unit}",
             src=StringIO(entry["env_text"]),
@@ -84,11 +132,11 @@ def services(venv_changed: OperationMeta, models_changed: dict[str, OperationMet
         changed = [env_op, unit_op, wait_op, venv_changed]
         if entry["model"] in models_changed:
             changed.append(models_changed[entry["model"]])
-        restart_op = systemd.service(
+        restart_op = ops.server_restarted(
             name=f"Restart {unit} (its configuration changed)",
-            service=unit,
-            running=True,
-            restarted=True,
+            unit=unit,
+            restore={entry["unit_path"]: saved_unit, entry["env_path"]: saved_env},
+            script=restarter,
             _if=any_changed(*changed),
         )
         start_op = systemd.service(

@@ -18,8 +18,11 @@ import re
 from collections import defaultdict
 from collections.abc import Iterator
 
+from fleet import gpus as gpu_table
+from fleet.flags import flag_problems, flag_warnings
 from fleet.load import suggest
-from fleet.spec import MIN_DRIVER_FOR_VARIANT, Fleet, Host, Variant
+from fleet.plan import chunked_prefill, plan_fleet
+from fleet.spec import MIN_DRIVER_FOR_VARIANT, Fleet, Host, Server, Variant
 
 Finding = tuple[tuple[str | int, ...], str, str | None]
 
@@ -28,6 +31,7 @@ def check_fleet(fleet: Fleet) -> Iterator[Finding]:
     """Every cross-field problem of ``fleet``, in file order of hosts and servers."""
     sandbox_ports: dict[int, tuple[str, str]] = {}
     for name, host in fleet.hosts.items():
+        yield from _check_gpu_table(name, host)
         yield from _check_host(fleet, name, host)
         if host.is_sandbox:
             for server_name, server in host.servers.items():
@@ -104,6 +108,7 @@ def _check_host(fleet: Fleet, name: str, host: Host) -> Iterator[Finding]:
         if host.ssh.port == server.port and not host.is_sandbox:
             yield ((*sbase, "port"), f"port {server.port} is the host's SSH port", None)
         yield from _check_bind(sbase, server.host)
+        yield from flag_problems(sbase, server, host.vllm.version)
         if variant is Variant.cpu:
             if server.gpus:
                 yield (
@@ -125,15 +130,21 @@ def _check_host(fleet: Fleet, name: str, host: Host) -> Iterator[Finding]:
                     f"(indices 0–{host.gpus.count - 1})",
                     None,
                 )
-        if server.parallel_size != len(set(server.gpus)):
+        nodes = 1 + len(set(server.worker_hosts))
+        if server.parallel_size != len(set(server.gpus)) * nodes:
             tp = server.args.get("tensor-parallel-size", 1)
             pp = server.args.get("pipeline-parallel-size", 1)
+            given = f"{len(set(server.gpus))} GPUs are given"
+            if nodes > 1:
+                given = f"{len(set(server.gpus))} GPUs on each of {nodes} hosts are given"
             yield (
                 (*sbase, "gpus"),
                 f"tensor-parallel-size × pipeline-parallel-size = {tp} × {pp} = "
-                f"{server.parallel_size}, but {len(set(server.gpus))} GPUs are given",
+                f"{server.parallel_size}, but {given}",
                 "list as many GPUs as TP × PP, or set tensor-parallel-size",
             )
+        yield from _check_workers(fleet, name, host, sbase, server)
+        yield from _check_model_limits(fleet, sbase, server)
         for index in set(server.gpus):
             shares[index].append((server_name, server.gpu_memory_utilization))
 
@@ -148,6 +159,212 @@ def _check_host(fleet: Fleet, name: str, host: Host) -> Iterator[Finding]:
                 (*base, "servers", last, "args"),
                 f"servers sharing GPU {index} take {listing} = {total:.2f} of its memory "
                 "(gpu-memory-utilization is a fraction of the GPU's total, per server)",
+                "lower gpu-memory-utilization so that they sum below 1 with headroom",
+            )
+
+
+def _check_gpu_table(name: str, host: Host) -> Iterator[Finding]:
+    """A GPU model the table does not know needs memory_gib; a topology must fit the count."""
+    gpus = host.gpus
+    path = ("hosts", name, "gpus")
+    if gpus.model and gpus.memory_gib is None and gpus.table_model is None:
+        choices = gpu_table.ambiguous(gpus.model)
+        if choices:
+            hint = "name one of " + ", ".join(choices) + ", or set memory_gib"
+            yield ((*path, "model"), f"{gpus.model!r} is ambiguous in memory", hint)
+        else:
+            close = suggest(gpus.model, gpu_table.known_models())
+            known = ", ".join(gpu_table.known_models())
+            yield (
+                (*path, "model"),
+                f"GPU model {gpus.model!r} is not in the built-in table and memory_gib is unset",
+                (close + " " if close else "") + f"known models: {known}; or set memory_gib",
+            )
+    links = gpus.links
+    if links:
+        highest = max(index for pair in links for index in pair)
+        if highest >= gpus.count:
+            yield (
+                (*path, "topology"),
+                f"the topology names GPU {highest}, but the host has {gpus.count} GPUs",
+                "paste `nvidia-smi topo -m` of this host, or fix gpus.count",
+            )
+        elif isinstance(gpus.topology, str) and highest + 1 != gpus.count:
+            yield (
+                (*path, "topology"),
+                f"the topology matrix has {highest + 1} GPUs, but the host has {gpus.count}",
+                "paste `nvidia-smi topo -m` of this host, or fix gpus.count",
+            )
+
+
+def _check_workers(
+    fleet: Fleet, name: str, host: Host, sbase: tuple[str | int, ...], server: Server
+) -> Iterator[Finding]:
+    """Hosts that lend GPUs to a server through Ray must exist and run the same build."""
+    seen: set[str] = set()
+    for position, worker in enumerate(server.worker_hosts):
+        path = (*sbase, "worker_hosts", position)
+        other = fleet.hosts.get(worker)
+        if worker == name:
+            yield (path, f"{worker!r} is this server's own host", "list only the other hosts")
+        elif worker in seen:
+            yield (path, f"host {worker!r} is listed twice", None)
+        elif other is None:
+            yield (
+                path,
+                f"host {worker!r} is not defined in hosts",
+                suggest(worker, fleet.hosts) or "add it under hosts:",
+            )
+        elif (other.vllm.version, other.vllm.variant) != (host.vllm.version, host.vllm.variant):
+            yield (
+                path,
+                f"host {worker!r} runs vLLM {other.vllm.version} {other.vllm.variant.value}, "
+                f"this host {host.vllm.version} {host.vllm.variant.value}",
+                "a Ray cluster needs one vLLM build on every node",
+            )
+        elif max(server.gpus, default=0) >= other.gpus.count:
+            yield (
+                path,
+                f"host {worker!r} has {other.gpus.count} GPUs, fewer than this server's "
+                f"GPU {max(server.gpus)}",
+                None,
+            )
+        seen.add(worker)
+    backend = server.args.get("distributed-executor-backend")
+    if server.worker_hosts and backend != "ray":
+        yield (
+            (*sbase, "args"),
+            "a server across several hosts needs distributed-executor-backend: ray",
+            "add distributed-executor-backend: ray to args",
+        )
+
+
+def _check_model_limits(
+    fleet: Fleet, sbase: tuple[str | int, ...], server: Server
+) -> Iterator[Finding]:
+    """Limits that come from the model's config: context length, heads, batch size."""
+    model = fleet.models.get(server.model)
+    config = model.sizing if model else None
+    length = server.int_arg("max-model-len")
+    if config is not None:
+        limit = config.max_len_limit
+        declared = any(key in server.args for key in ("rope-scaling", "hf-overrides")) or (
+            server.env.get("VLLM_ALLOW_LONG_MAX_MODEL_LEN") == "1"
+        )
+        if length is not None and limit is not None and length > limit and not declared:
+            yield (
+                (*sbase, "args", "max-model-len"),
+                f"max-model-len {length:,} is longer than the model's {limit:,} "
+                "(max_position_embeddings"
+                + (" × RoPE scaling factor)" if limit != config.max_position_embeddings else ")"),
+                f"use at most {limit}, or declare RoPE scaling (hf-overrides)",
+            )
+        if server.tp > 1 and config.num_attention_heads % server.tp:
+            yield (
+                (*sbase, "args", "tensor-parallel-size"),
+                f"tensor-parallel-size {server.tp} does not divide the model's "
+                f"{config.num_attention_heads} attention heads",
+                "use a TP size that divides " + str(config.num_attention_heads),
+            )
+        elif server.tp > 1 and not config.is_mla:
+            kv = config.kv_heads
+            if (kv >= server.tp and kv % server.tp) or (kv < server.tp and server.tp % kv):
+                yield (
+                    (*sbase, "args", "tensor-parallel-size"),
+                    f"tensor-parallel-size {server.tp} does not divide the model's "
+                    f"{kv} KV heads (nor is it a multiple of them)",
+                    f"use a TP size that divides {kv} or is a multiple of it",
+                )
+        if server.kv_cache_dtype == "fp8_ds_mla" and not config.is_mla:
+            yield (
+                (*sbase, "args", "kv-cache-dtype"),
+                "kv-cache-dtype fp8_ds_mla is for MLA models; this config has no kv_lora_rank",
+                "use fp8 (or auto)",
+            )
+    if length is None and config is not None:
+        length = config.max_len_limit
+    batched = server.int_arg("max-num-batched-tokens")
+    off = not chunked_prefill(server)
+    if batched is not None and length is not None and batched < length and off:
+        yield (
+            (*sbase, "args", "max-num-batched-tokens"),
+            f"max-num-batched-tokens {batched:,} is below max-model-len {length:,}, and "
+            "chunked prefill is off: a long prompt could never be scheduled",
+            f"raise it to at least {length}, or turn chunked prefill on",
+        )
+
+
+def check_warnings(fleet: Fleet) -> Iterator[Finding]:
+    """Things that work but are slower than they need be: parallelism over slow GPU links.
+
+    Example:
+        >>> from fleet.load import load_fleet
+        >>> list(check_warnings(load_fleet("inventory/sandbox.yaml")))
+        []
+    """
+    for name, host in fleet.hosts.items():
+        for server_name, server in host.servers.items():
+            sbase = ("hosts", name, "servers", server_name)
+            yield from flag_warnings(sbase, server, host.vllm.version)
+        links = host.gpus.links
+        if not links:
+            continue
+        for server_name, server in host.servers.items():
+            gpus = sorted(set(server.gpus))
+            if len(gpus) < 2 or any(index >= host.gpus.count for index in gpus):
+                continue
+            worst = gpu_table.worst_link(links, gpus)
+            if worst is None or gpu_table.is_nvlink(worst):
+                continue
+            kind = "tensor" if server.tp > 1 else "pipeline"
+            listed = ", ".join(str(index) for index in gpus)
+            message = (
+                f"{kind} parallel over GPUs {listed} without NVLink: the slowest link is "
+                f"{gpu_table.describe(worst)}"
+            )
+            best = gpu_table.best_set(links, host.gpus.count, len(gpus))
+            if best and gpu_table.link_rank(best[1]) < gpu_table.link_rank(worst):
+                better = ", ".join(str(index) for index in best[0])
+                link = gpu_table.describe(best[1])
+                hint = f"GPUs {better} have a faster link ({link}): use gpus: [{better}]"
+            else:
+                hint = "no better set of GPUs on this host: expect all-reduce over PCIe"
+            yield (("hosts", name, "servers", server_name, "gpus"), message, hint)
+
+
+def check_capacity(fleet: Fleet) -> Iterator[Finding]:
+    """Servers that :mod:`fleet.plan` finds do not fit, located at the flag to change.
+
+    Example:
+        >>> from fleet.load import load_fleet
+        >>> list(check_capacity(load_fleet("inventory/sandbox.yaml")))
+        []
+    """
+    plan = plan_fleet(fleet)
+    for server in plan.servers:
+        if server.verdict != "does not fit":
+            continue
+        args = fleet.hosts[server.host].servers[server.server].args
+        base = ("hosts", server.host, "servers", server.server)
+        for flag in ("max-model-len", "gpu-memory-utilization", "tensor-parallel-size"):
+            if flag in args:
+                path = (*base, "args", flag)
+                break
+        else:
+            path = base
+        if server.reason.startswith("weights"):
+            hint = "raise gpu-memory-utilization, spread the model over more GPUs (TP), or use "
+            hint += "a smaller or quantized model"
+        else:
+            hint = "lower max-model-len, raise gpu-memory-utilization, use kv-cache-dtype: fp8, "
+            hint += "or spread the model over more GPUs (TP)"
+        yield (path, f"does not fit: {server.reason}", hint)
+    for gpu in plan.gpus:
+        remote = [label for label in gpu.servers if not label.startswith(f"{gpu.host}/")]
+        if gpu.verdict == "does not fit" and remote:
+            yield (
+                ("hosts", gpu.host, "gpus"),
+                f"GPU {gpu.index} is shared by {', '.join(gpu.servers)}: {gpu.reason}",
                 "lower gpu-memory-utilization so that they sum below 1 with headroom",
             )
 

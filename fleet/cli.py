@@ -1,4 +1,5 @@
-"""The ``fleet`` command: check, render, sandbox, modelserver, verify, complete, schema.
+"""The ``fleet`` command: check, plan, render, sandbox, modelserver, verify, complete, bench,
+schema.
 
 Example:
     $ fleet check inventory/sandbox.yaml
@@ -33,9 +34,9 @@ def _plural(count: int, word: str) -> str:
     return f"{count} {word}{'' if count == 1 else 's'}"
 
 
-def _load_or_report(path: str):
+def _load_or_report(path: str, capacity: bool = True):
     try:
-        return load_fleet(path)
+        return load_fleet(path, capacity=capacity)
     except FleetError as error:
         err.print(f"[bold red]{path}: invalid[/] ({_plural(len(error.problems), 'problem')})")
         for problem in error.problems:
@@ -44,7 +45,9 @@ def _load_or_report(path: str):
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    """Validate fleet files; exit 1 if any is invalid."""
+    """Validate fleet files (capacity included); exit 1 if any is invalid, 0 for warnings."""
+    from fleet.load import fleet_warnings
+
     status = 0
     for path in args.files:
         fleet = _load_or_report(path)
@@ -52,11 +55,34 @@ def cmd_check(args: argparse.Namespace) -> int:
             status = 1
             continue
         servers = sum(len(h.servers) for h in fleet.hosts.values())
+        warnings = fleet_warnings(fleet)
         out.print(
             f"{path}: [green]valid[/] — {_plural(len(fleet.hosts), 'host')}, "
             f"{_plural(servers, 'server')}, {_plural(len(fleet.models), 'model')}"
+            + (f", [yellow]{_plural(len(warnings), 'warning')}[/]" if warnings else "")
         )
+        for warning in warnings:
+            err.print(f"  {warning}", markup=False, soft_wrap=True)
     return status
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    """Print each server's memory plan; exit 1 if a server or GPU does not fit."""
+    from fleet.plan import plan_fleet, reasons, tables
+
+    fleet = _load_or_report(args.fleet, capacity=False)
+    if fleet is None:
+        return 1
+    plan = plan_fleet(fleet)
+    if args.json:
+        out.print(json.dumps(plan.to_json(), indent=2), markup=False, soft_wrap=True)
+    else:
+        for table in tables(plan):
+            out.print(table)
+        for line in reasons(plan):
+            out.print(line, markup=False, soft_wrap=True)
+    bad = [s for s in plan.servers if s.fits is False] + [g for g in plan.gpus if g.fits is False]
+    return 1 if bad else 0
 
 
 def cmd_render(args: argparse.Namespace) -> int:
@@ -250,6 +276,11 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("files", nargs="+")
     check.set_defaults(func=cmd_check)
 
+    plan = sub.add_parser("plan", help="memory plan: weights, KV cache, concurrency per server")
+    plan.add_argument("fleet", nargs="?", default=default)
+    plan.add_argument("--json", action="store_true", help="print the plan as JSON")
+    plan.set_defaults(func=cmd_plan)
+
     render = sub.add_parser("render", help="print the units and environment files")
     render.add_argument("fleet", nargs="?", default=default)
     render.add_argument("--host")
@@ -279,6 +310,18 @@ def build_parser() -> argparse.ArgumentParser:
     complete.add_argument("--prompt", default="The capital of France is")
     complete.add_argument("--max-tokens", type=int, default=16)
     complete.set_defaults(func=cmd_complete)
+
+    from fleet.bench.command import add_parser as add_bench_parser
+
+    add_bench_parser(sub, default)
+
+    from fleet.drift import add_parser as add_drift_parser
+
+    add_drift_parser(sub, default)
+
+    from fleet.models import add_parser as add_models_parser
+
+    add_models_parser(sub, default)
 
     schema = sub.add_parser("schema", help="print the fleet file's JSON Schema")
     schema.set_defaults(func=cmd_schema)

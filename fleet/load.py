@@ -30,9 +30,10 @@ from ruamel.yaml.comments import CommentedMap, CommentedSeq
 from ruamel.yaml.error import MarkedYAMLError, YAMLError
 from ruamel.yaml.reader import ReaderError
 
-from fleet.spec import Fleet
+from fleet.spec import UNION_TAGS, Fleet
 
 Loc = tuple[str | int, ...]
+Finding = tuple[Loc, str, "str | None"]
 
 
 @dataclass(frozen=True)
@@ -60,7 +61,8 @@ class Problem:
             if self.column is not None:
                 where += f":{self.column}"
         dotted = ".".join(str(p) for p in self.path) or "(file)"
-        text = f"{where}: {dotted}: {self.message}"
+        severity = "warning: " if self.severity == "warning" else ""
+        text = f"{where}: {severity}{dotted}: {self.message}"
         if self.hint:
             text += f"; {self.hint}"
         return text
@@ -193,7 +195,11 @@ def _unwrap(annotation: Any) -> Any:
         if origin is typing.Annotated:
             annotation = typing.get_args(annotation)[0]
         elif origin in (typing.Union, types.UnionType):
-            members = [a for a in typing.get_args(annotation) if a is not type(None)]
+            members = [
+                typing.get_args(a)[0] if typing.get_origin(a) is typing.Annotated else a
+                for a in typing.get_args(annotation)
+                if a is not type(None)
+            ]
             models = [a for a in members if isinstance(a, type) and issubclass(a, BaseModel)]
             if models:
                 annotation = models[0]
@@ -219,7 +225,7 @@ def suggest(word: str, choices: typing.Iterable[str]) -> str | None:
 def _message(error: dict[str, Any]) -> tuple[str, str | None]:
     """A person's wording of one pydantic error, and a hint."""
     kind = error["type"]
-    loc = tuple(error["loc"])
+    loc = tuple(part for part in error["loc"] if part not in UNION_TAGS)
     if kind == "extra_forbidden":
         model = _model_at(loc[:-1])
         allowed = sorted(model.model_fields) if model else []
@@ -291,14 +297,19 @@ def merge_defaults(raw: dict[str, Any]) -> tuple[dict[str, Any], dict[Loc, Loc]]
     return merged, origin
 
 
-def load_text(text: str, file: str = "<fleet>") -> Fleet:
+def load_text(text: str, file: str = "<fleet>", capacity: bool = True) -> Fleet:
     """Validate fleet YAML text; raise :class:`FleetError` with every located problem.
+
+    Model config paths are read relative to ``file``'s folder. With ``capacity``, a server
+    that :mod:`fleet.plan` finds does not fit is an error too (``fleet plan`` turns it off to
+    show the numbers of such a fleet). Warnings do not raise: :func:`fleet_warnings` has them.
 
     Example:
         >>> load_text("version: 1\\nhosts: {}\\n").hosts
         {}
     """
-    from fleet.checks import check_fleet
+    from fleet.checks import check_capacity, check_fleet, check_warnings
+    from fleet.sizing import resolve_model_files
 
     raw, positions = parse_yaml(text, file)
     if not isinstance(raw, dict):
@@ -313,7 +324,7 @@ def load_text(text: str, file: str = "<fleet>") -> Fleet:
         alternatives: dict[Loc, list[Problem]] = {}
         for error in err.errors():
             # A bad dict key is reported at the key itself, without pydantic's "[key]" marker.
-            full = tuple(part for part in error["loc"] if part != "[key]")
+            full = tuple(part for part in error["loc"] if part not in ("[key]", *UNION_TAGS))
             loc = _data_loc(full, merged)
             source, _ = _location(loc, positions, origin)
             line, column = positions.find(source, value=error["type"] != "extra_forbidden")
@@ -328,14 +339,33 @@ def load_text(text: str, file: str = "<fleet>") -> Fleet:
             message = "Input should be " + ", or ".join(wanted)
             problems.append(dataclasses.replace(members[0], message=message))
         raise FleetError(_unique(problems)) from None
-    problems = []
-    for path, message, hint in check_fleet(fleet):
-        source, _ = _location(path, positions, origin)
-        line, column = positions.find(source, value=True)
-        problems.append(Problem(file, line, column, source, message, hint))
+
+    def located(findings: typing.Iterable[Finding], severity: str = "error") -> list[Problem]:
+        out = []
+        for path, message, hint in findings:
+            source, _ = _location(path, positions, origin)
+            line, column = positions.find(source, value=True)
+            out.append(Problem(file, line, column, source, message, hint, severity))
+        return out
+
+    problems = located(resolve_model_files(fleet, Path(file).parent))
+    problems += located(check_fleet(fleet))
+    if capacity and not problems:
+        problems += located(check_capacity(fleet))
     if problems:
         raise FleetError(_unique(problems))
+    fleet._warnings = _unique(located(check_warnings(fleet), "warning"))
     return fleet
+
+
+def fleet_warnings(fleet: Fleet) -> list[Problem]:
+    """The located warnings found when ``fleet`` was loaded (slow GPU links, …).
+
+    Example:
+        >>> fleet_warnings(load_fleet("inventory/sandbox.yaml"))
+        []
+    """
+    return list(fleet._warnings)
 
 
 def _data_loc(loc: Loc, data: Any) -> Loc:
@@ -363,8 +393,11 @@ def _unique(problems: list[Problem]) -> list[Problem]:
     return sorted(out, key=lambda p: (p.line or 0, p.column or 0))
 
 
-def load_fleet(path: str | Path) -> Fleet:
-    """Read and validate a fleet file; raise :class:`FleetError` naming file and line."""
+def load_fleet(path: str | Path, capacity: bool = True) -> Fleet:
+    """Read and validate a fleet file; raise :class:`FleetError` naming file and line.
+
+    ``capacity``: as in :func:`load_text`.
+    """
     path = Path(path)
     try:
         text = path.read_text(encoding="utf-8")
@@ -373,4 +406,4 @@ def load_fleet(path: str | Path) -> Fleet:
         raise FleetError([problem]) from None
     except UnicodeDecodeError:
         raise FleetError([Problem(str(path), None, None, (), "not UTF-8 text")]) from None
-    return load_text(text, str(path))
+    return load_text(text, str(path), capacity)

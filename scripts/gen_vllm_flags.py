@@ -1,0 +1,229 @@
+"""Write the flag list of the installed vLLM: ``fleet/vllm_flags/<version>.json``.
+
+Run it with a vLLM's own python; it reads the ``serve`` argument parser that vLLM's API server
+builds (``make_arg_parser(FlexibleArgumentParser())``) and records every long option:
+
+    /tmp/vllmcpu/bin/python scripts/gen_vllm_flags.py            # → fleet/vllm_flags/0.32.0.json
+    /path/to/venv/bin/python scripts/gen_vllm_flags.py --out /tmp/flags
+
+Each entry (keyed by the long name without dashes) says whether the flag takes a value, its
+nargs, choices, type, default (as a string), whether it is deprecated, and the first sentence of
+its help. ``no-X`` forms of boolean flags are entries of their own (``negates``), and so are
+second long names (``alias_of``). Only the standard library and vLLM are imported; the output is
+sorted and stable, so regenerating an unchanged release changes nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import platform
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+#: Where the parser and its helpers live, newest vLLM first (they moved in 0.2x).
+PARSER_MODULES = ["vllm.entrypoints.launchers.cli_args", "vllm.entrypoints.openai.cli_args"]
+FLEXIBLE_MODULES = ["vllm.utils.argparse_utils", "vllm.utils"]
+#: Argument-type functions that only wrap another one (the inner one names the type).
+WRAPPERS = {"_optional_type": True, "_parse_type": False}
+#: vLLM's own type functions, by what a fleet file may give them.
+TYPE_NAMES = {
+    "loads": "json",
+    "parse_dataclass": "json",
+    "union_dict_and_str": "json_or_str",
+    "<lambda>": "str",
+}
+#: Flags whose values vLLM's engine checks after parsing (the parser takes any string): the
+#: module and list that hold the valid values, recorded as ``engine_choices``.
+ENGINE_CHOICES = {
+    "quantization": ("vllm.model_executor.layers.quantization", "QUANTIZATION_METHODS"),
+}
+#: Help texts that say a flag is deprecated now (not "will be", not "allow deprecated X").
+DEPRECATED = re.compile(r"\b(is|are|has been|was) deprecated\b|^\W*deprecated\b", re.IGNORECASE)
+#: Longer defaults (whole config objects) are cut: they are for people, not for checks.
+DEFAULT_MAX = 120
+
+
+def build_parser() -> tuple[argparse.ArgumentParser, str]:
+    """vLLM's ``serve`` parser, and the module it came from."""
+    flexible = None
+    for name in FLEXIBLE_MODULES:
+        module = importlib.import_module(name)
+        flexible = getattr(module, "FlexibleArgumentParser", None)
+        if flexible is not None:
+            break
+    if flexible is None:
+        raise SystemExit("this vLLM has no FlexibleArgumentParser")
+    for name in PARSER_MODULES:
+        try:
+            module = importlib.import_module(name)
+        except ImportError:
+            continue
+        return module.make_arg_parser(flexible()), f"{name}.make_arg_parser"
+    raise SystemExit(f"this vLLM has none of {', '.join(PARSER_MODULES)}")
+
+
+def type_name(function: Any) -> tuple[str | None, bool]:
+    """What an action's ``type`` converts to, and whether it also accepts ``None``.
+
+    Example:
+        >>> type_name(int), type_name(None)
+        (('int', False), (None, False))
+    """
+    if function is None:
+        return None, False
+    name = getattr(function, "__name__", type(function).__name__)
+    if name in WRAPPERS and getattr(function, "__closure__", None):
+        cells = [cell.cell_contents for cell in function.__closure__]
+        inner = [content for content in cells if callable(content)]
+        if inner:
+            inner_name, inner_optional = type_name(inner[0])
+            return inner_name, WRAPPERS[name] or inner_optional
+    if function in (int, float, str, bool):
+        return function.__name__, False
+    return TYPE_NAMES.get(name, name), False
+
+
+def default_text(value: Any) -> str | None:
+    """A default value as text: strings as they are, everything else as JSON; long ones cut.
+
+    Example:
+        >>> default_text(0.92), default_text(False), default_text("auto"), default_text(None)
+        ('0.92', 'false', 'auto', None)
+    """
+    if value is None or value is argparse.SUPPRESS:
+        return None
+    if isinstance(value, bool | int | float | list | tuple | dict):
+        try:
+            text = json.dumps(value, sort_keys=True, default=str)
+        except (TypeError, ValueError):
+            text = str(value)
+    else:
+        text = str(value)
+    return text if len(text) <= DEFAULT_MAX else text[: DEFAULT_MAX - 1] + "…"
+
+
+def first_sentence(text: str | None) -> str:
+    """The first sentence of a help text, on one line, with argparse's ``%%`` undone.
+
+    Example:
+        >>> first_sentence("Maximum length. Longer prompts fail.\\n\\nMore text.")
+        'Maximum length.'
+    """
+    if not text or text is argparse.SUPPRESS:
+        return ""
+    paragraph = re.split(r"\n\s*\n", text.strip(), maxsplit=1)[0]
+    paragraph = " ".join(paragraph.split()).replace("%%", "%")
+    match = re.match(r"(.+?[.!?])(\s|$)", paragraph)
+    return match.group(1) if match else paragraph
+
+
+def is_deprecated(action: argparse.Action, parser: argparse.ArgumentParser) -> bool:
+    """Marked deprecated by argparse (3.13+), by vLLM's own bookkeeping, or by its help text."""
+    if getattr(action, "deprecated", False) or action in getattr(parser, "_deprecated", ()):
+        return True
+    return bool(DEPRECATED.search(str(action.help or "")))
+
+
+def describe(parser: argparse.ArgumentParser) -> dict[str, dict[str, Any]]:
+    """Every long option of ``parser``, keyed by its name without dashes."""
+    flags: dict[str, dict[str, Any]] = {}
+    for action in parser._actions:
+        if isinstance(action, argparse._HelpAction) or not action.option_strings:
+            continue
+        longs = [s[2:] for s in action.option_strings if s.startswith("--")]
+        shorts = sorted(s[1:] for s in action.option_strings if not s.startswith("--"))
+        if not longs:
+            continue
+        kind, optional = type_name(action.type)
+        negative = isinstance(action, argparse.BooleanOptionalAction)
+        positive = [name for name in longs if not (negative and name.startswith("no-"))]
+        primary = positive[0]
+        entry = {
+            "takes_value": action.nargs != 0,
+            "nargs": action.nargs,
+            "choices": [str(c) for c in action.choices] if action.choices else None,
+            "type": kind,
+            "accepts_none": optional,
+            "default": default_text(action.default),
+            "deprecated": is_deprecated(action, parser),
+            "help": first_sentence(action.help),
+            "action": type(action).__name__,
+            "dest": action.dest,
+        }
+        if shorts:
+            entry["short"] = shorts
+        if primary in ENGINE_CHOICES and not action.choices:
+            entry["engine_choices"] = engine_choices(*ENGINE_CHOICES[primary])
+        for name in longs:
+            own = dict(entry)
+            if name != primary and not (negative and name.startswith("no-")):
+                own["alias_of"] = primary
+            if negative and name.startswith("no-"):
+                own["negates"] = name[3:]
+                own["default"] = None
+            flags[name] = own
+    return dict(sorted(flags.items()))
+
+
+def engine_choices(module: str, attribute: str) -> list[str] | None:
+    """The valid values of a flag that only vLLM's engine checks (None if this vLLM lacks them)."""
+    try:
+        values = getattr(importlib.import_module(module), attribute)
+    except (ImportError, AttributeError):
+        return None
+    return [str(value) for value in values]
+
+
+def release(version: str) -> str:
+    """A version without its local part: ``0.32.0+cpu`` → ``0.32.0``.
+
+    Example:
+        >>> release("0.32.0+cpu")
+        '0.32.0'
+    """
+    return version.split("+", 1)[0]
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Write the list; print where it went."""
+    cli = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    cli.add_argument("--out", type=Path, default=ROOT / "fleet" / "vllm_flags")
+    args = cli.parse_args(argv)
+    # vLLM reads attribute docstrings into help texts only when "--help" is on the command
+    # line (engine/arg_utils.py, NEEDS_HELP); without them, most flags would have no help.
+    saved = sys.argv
+    sys.argv = [saved[0], "--help"]
+    try:
+        import vllm
+
+        parser, source = build_parser()
+    finally:
+        sys.argv = saved
+    version = release(vllm.__version__)
+    try:
+        from importlib.metadata import packages_distributions
+
+        distribution = sorted(packages_distributions().get("vllm", ["vllm"]))[0]
+    except Exception:  # only a label in the output
+        distribution = "vllm"
+    document = {
+        "vllm_version": version,
+        "built_from": f"{distribution} {vllm.__version__}, python {platform.python_version()}",
+        "parser": source,
+        "generated_by": "scripts/gen_vllm_flags.py",
+        "flags": describe(parser),
+    }
+    args.out.mkdir(parents=True, exist_ok=True)
+    target = args.out / f"{version}.json"
+    target.write_text(json.dumps(document, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    print(f"{target}: {len(document['flags'])} flags of vLLM {version}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
