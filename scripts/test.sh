@@ -5,6 +5,9 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 
 scripts/install.sh || exit 1
+scripts/install-vllm.sh || exit 1
+# vLLM's own code on the control machine: its flag parser, `vllm bench serve`, its KV log.
+export FLEET_VLLM_PYTHON="$PWD/.venv-vllm/bin/python" VLLM_PYTHON="$PWD/.venv-vllm/bin/python"
 echo "==> ruff"
 .venv/bin/ruff check . || exit 1
 echo "==> pytest"

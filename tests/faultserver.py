@@ -115,7 +115,7 @@ class FaultServer:
         httpd.owner = self  # type: ignore[attr-defined]
         self.port = httpd.server_address[1]
         self._httpd = httpd
-        self._thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+        self._thread = threading.Thread(target=httpd.serve_forever, args=(0.05,), daemon=True)
         self._thread.start()
         return self
 

@@ -150,7 +150,7 @@ class HfMirror:
         self._httpd = ArchiveServer(("127.0.0.1", self.port), handler)
         self._httpd.owner = self  # type: ignore[attr-defined]
         self.port = self._httpd.server_address[1]
-        threading.Thread(target=self._httpd.serve_forever, daemon=True).start()
+        threading.Thread(target=self._httpd.serve_forever, args=(0.05,), daemon=True).start()
         return self
 
     def stop(self) -> None:

@@ -368,6 +368,19 @@ def test_changed_file_on_the_server_is_not_spliced(installed, www: Path, server:
     assert "starting over" in out
 
 
+def test_stale_partial_longer_than_the_file_starts_over(installed, www: Path,
+                                                       server: FaultServer,
+                                                       models: Path) -> None:
+    digest = make_tar(www / "v2.tar.gz", model_members("v2"))
+    partial = models / ".staging" / f"{NAME}-{digest[:16]}.partial"
+    partial.write_bytes(os.urandom(5 << 20))
+    partial.with_name(partial.name + ".json").write_text(
+        json.dumps({"url": server.url("v2.tar.gz")}))
+    code, out, err = install(models, server.url("v2.tar.gz"), digest)
+    assert code == 0, err
+    assert "cannot resume there (416); starting over" in out
+
+
 def test_missing_file_is_not_retried(installed, server: FaultServer, models: Path) -> None:
     code, _, err = install(models, server.url("nope.tar.gz"), "a" * 64)
     assert code == 1

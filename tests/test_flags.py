@@ -12,7 +12,8 @@ Three layers, each tested here:
   ``deploys.ops.server_args_valid`` runs it only when the unit would change.
 
 A vLLM python is looked up in ``$FLEET_VLLM_PYTHON``, the deploy's venv path, then
-``/tmp/vllmcpu``; without one, the tests that need it skip and say so.
+``.venv-vllm`` (scripts/install-vllm.sh), ``/tmp/vllmcpu``; without one, the tests that need
+it skip and say so (CI installs .venv-vllm, so there they run).
 """
 
 from __future__ import annotations
@@ -54,6 +55,7 @@ SERVER_PATH = ("hosts", "box", "servers", "chat")
 VLLM_PYTHONS = [
     os.environ.get("FLEET_VLLM_PYTHON", ""),
     "/opt/vllm-fleet/venv/bin/python",
+    str(Path(__file__).resolve().parent.parent / ".venv-vllm" / "bin" / "python"),
     "/tmp/vllmcpu/bin/python",
 ]
 

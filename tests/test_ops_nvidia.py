@@ -8,6 +8,7 @@ import json
 from typing import Any
 
 import pytest
+from opharness import FakeHost, run_op
 from pyinfra.api.exceptions import DeployError
 from pyinfra.context import ctx_host
 
@@ -32,35 +33,6 @@ H200_PCI = {
 UBUNTU_2404 = {"name": "Ubuntu", "major": 24, "minor": 4, "release_meta": {}}
 UBUNTU_2204 = {"name": "Ubuntu", "major": 22, "minor": 4, "release_meta": {}}
 DEBIAN_12 = {"name": "Debian", "major": 12, "minor": 7, "release_meta": {}}
-
-
-class FakeHost:
-    """Just enough of pyinfra's Host for operation generators: facts by class name."""
-
-    name = "gpu-1"
-    print_prefix = "[gpu-1] "
-
-    def __init__(self, facts: dict[str, Any]) -> None:
-        self.facts = facts
-        self.noops: list[str] = []
-
-    def get_fact(self, cls: type, *args: Any, **kwargs: Any) -> Any:
-        value = self.facts[cls.__name__]
-        return value(**kwargs) if callable(value) else value
-
-    def noop(self, text: str) -> None:
-        self.noops.append(text)
-
-
-def run_op(op: Any, facts: dict[str, Any], **kwargs: Any) -> tuple[list[str], list[str]]:
-    """(commands, noop texts) of one operation, given fake facts."""
-    fake = FakeHost(facts)
-    with ctx_host.use(fake):
-        commands = [
-            c.get_raw_value() if hasattr(c, "get_raw_value") else str(c)
-            for c in op._inner(**kwargs)
-        ]
-    return commands, fake.noops
 
 
 def stack(variant: str = "cu129", **os: Any) -> dict[str, Any]:

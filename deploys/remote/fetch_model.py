@@ -88,6 +88,10 @@ class Retryable(Exception):
     """A transient network failure: the download resumes where it stopped."""
 
 
+class StartOver(Exception):
+    """The server cannot continue the partial file: download it from the start."""
+
+
 # --------------------------------------------------------------------------- small helpers
 
 
@@ -417,6 +421,7 @@ class Download:
                 try:
                     response = self._request(sink.written)
                     if response is None:  # 416 on a complete partial file
+                        self.total = self.state.get("total")
                         break
                     start, total = response.start, response.total
                     if start != sink.written:
@@ -443,6 +448,15 @@ class Download:
                             f"{human_bytes(total)}"
                         )
                     break
+                except StartOver as err:
+                    say(f"{self.name}: {err}; starting over")
+                    os.ftruncate(fd, 0)
+                    sink.digest = digest = hashlib.sha256()
+                    sink.written = 0
+                    self.state = {"url": self.url}
+                    attempt += 1
+                    if attempt > self.retries:
+                        raise FetchError(self._truncated(0, attempt, err)) from None
                 except Retryable as err:
                     attempt += 1
                     if attempt > self.retries:
@@ -548,8 +562,8 @@ class Download:
             err.close()
             if err.code == 416 and offset and offset == self.state.get("total"):
                 return None
-            if err.code == 416:
-                raise Retryable("the server refused to resume (416)") from None
+            if err.code == 416 and offset:
+                raise StartOver("the server cannot resume there (416)") from None
             if err.code in PERMANENT:
                 raise FetchError(
                     f"download of {self.url} failed: HTTP {err.code} {err.reason}. Check the URL "
@@ -1179,11 +1193,11 @@ def reuse(layout: Layout, ident: str, keep: int, deep: bool = False) -> str | No
             f"{problems[0]['problem']}, {len(problems)} problem(s)); installing it again"
         )
         return None
-    live = layout.current() == Path(os.path.realpath(version))
+    if layout.current() == Path(os.path.realpath(version)):
+        prune(layout, keep)
+        return f"{layout.name}: {version.name} is installed and intact"
     switch(layout.live, version)
     prune(layout, keep)
-    if live:
-        return f"{layout.name}: {version.name} is installed and intact"
     return f"{layout.name}: switched to the verified copy already on disk ({version.name})"
 
 

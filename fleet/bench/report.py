@@ -11,7 +11,7 @@ Example:
     >>> ok = RequestResult(ok=True, start=0.0, ttft=0.1, e2e=0.5, itl=[0.1] * 4,
     ...                    output_tokens=5, input_tokens=7, usage_reported=True, done=0.5)
     >>> bad = RequestResult(error="http_500", start=0.0, done=0.1)
-    >>> r = step_report(StepRun(Step(concurrency=1), [ok, bad], [], start=0.0, end=1.0))
+    >>> r = step_report(StepRun(Step(concurrency=1, requests=2), [ok, bad], [], start=0.0, end=1.0))
     >>> r["ttft_ms"]["mean"], r["tpot_ms"]["p50"], r["errors"], r["output_tokens_per_s"]
     (100.0, 100.0, {'http_500': 1}, 5.0)
 """

@@ -89,6 +89,10 @@ class Step:
     Example:
         >>> Step(concurrency=4, requests=20).label, Step(rate=2.5, duration=30).label
         ('concurrency 4', '2.5 req/s')
+        >>> Step(concurrency=4)
+        Traceback (most recent call last):
+        ...
+        ValueError: a step needs a request count or a duration
     """
 
     concurrency: int | None = None
@@ -97,6 +101,12 @@ class Step:
     requests: int | None = None
     duration: float | None = None
     warmup: int = 0
+
+    def __post_init__(self) -> None:
+        if (self.concurrency is None) == (self.rate is None):
+            raise ValueError("a step has either a concurrency or a rate")
+        if self.requests is None and self.duration is None:
+            raise ValueError("a step needs a request count or a duration")
 
     @property
     def load(self) -> float:
