@@ -26,8 +26,10 @@ from fleet.inventory import DEFAULT_FLEET, fleet_path, inventory_hosts
 from fleet.load import FleetError, load_fleet
 
 ROOT = Path(__file__).resolve().parent.parent
-out = Console(highlight=False)
-err = Console(stderr=True, highlight=False)
+# Piped output (CI logs, files) gets wide lines: rich would otherwise wrap tables at 80.
+_WIDTH = None if sys.stdout.isatty() else 200
+out = Console(highlight=False, width=_WIDTH)
+err = Console(stderr=True, highlight=False, width=None if sys.stderr.isatty() else 200)
 
 
 def _plural(count: int, word: str) -> str:
