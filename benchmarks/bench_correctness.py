@@ -80,7 +80,13 @@ def extract_model(into: Path) -> Path:
 
 
 def start_vllm(model: Path, port: int, workdir: Path) -> subprocess.Popen:
-    """Start a CPU vLLM server in its own session (stopped by :func:`stop` via its PID)."""
+    """Start a CPU vLLM server in its own process group (stopped by :func:`stop` via its PID).
+
+    Not in a session of its own: with the kernel's autogroup scheduling (on here), a new
+    session is a scheduling group of its own, and on 2 busy cores vLLM's API server then got so
+    little CPU beside its own spinning engine that tokens left in one burst at the end
+    (client TTFT 100–400 ms against the engine's 8 ms, TPOT 0.2 ms).
+    """
     env = dict(
         os.environ,
         VLLM_CPU_KVCACHE_SPACE="1",
@@ -94,7 +100,7 @@ def start_vllm(model: Path, port: int, workdir: Path) -> subprocess.Popen:
         [VLLM_PYTHON, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model),
          "--served-model-name", SERVED_NAME, "--max-model-len", "512", "--enforce-eager",
          "--no-enable-prefix-caching", "--host", "127.0.0.1", "--port", str(port)],
-        stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True,
+        stdout=log, stderr=subprocess.STDOUT, env=env, process_group=0,
     )
 
 

@@ -161,6 +161,7 @@ def _when(stamp: float | None) -> str:
 def _check(targets, deep: bool, out, err, remote, table_class) -> int:
     table = table_class("host", "model", "version", "check", "status", "problems")
     status = 0
+    lines: list[str] = []
     for name, data, entry in targets:
         deep_flag = ["--deep"] if deep else []
         result = remote.run(
@@ -184,8 +185,11 @@ def _check(targets, deep: bool, out, err, remote, table_class) -> int:
         if problems:
             status = 2
         table.add_row(name, entry["name"], report.get("version") or "—",
-                      "deep" if deep else "quick", state, "\n".join(problems[:10]))
+                      "deep" if deep else "quick", state, str(len(problems)))
+        lines += [f"{name} {entry['name']}: {problem}" for problem in problems]
     out.print(table)
+    for line in lines:
+        out.print(line, markup=False, soft_wrap=True)
     if status == 2:
         err.print("repair: deploy again (a damaged version is downloaded and switched anew; "
                   "after a deep check, deploy with `--data model_check=deep`)")

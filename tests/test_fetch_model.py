@@ -446,12 +446,14 @@ MALICIOUS = {
 }
 
 
+@pytest.mark.parametrize("suffix", ["tar.gz", "tar"])
 @pytest.mark.parametrize("case", sorted(MALICIOUS))
-def test_malicious_archive_is_refused(case: str, installed, www: Path, server: FaultServer,
-                                      models: Path, tmp_path: Path) -> None:
+def test_malicious_archive_is_refused(case: str, suffix: str, installed, www: Path,
+                                      server: FaultServer, models: Path, tmp_path: Path) -> None:
     members, message = MALICIOUS[case]
-    digest = make_tar(www / "evil.tar.gz", [*model_members("evil")[:2], *members])
-    code, _, err = install(models, server.url("evil.tar.gz"), digest)
+    mode = "w:gz" if suffix == "tar.gz" else "w"
+    digest = make_tar(www / f"evil.{suffix}", [*model_members("evil")[:2], *members], mode)
+    code, _, err = install(models, server.url(f"evil.{suffix}"), digest)
     assert code == 1
     assert message in err
     assert_untouched(models, installed["link"], installed["config"])

@@ -23,7 +23,7 @@ Commands (exit 0 on success, 1 with a message saying what happened and what to d
     fetch_model.py install --name NAME --models-dir DIR --url URL --sha256 HEX [--keep N]
     fetch_model.py install --name NAME --models-dir DIR --file PATH --sha256 HEX
     fetch_model.py install --name NAME --models-dir DIR --hf REPO --revision COMMIT \\
-        [--endpoint URL] [--token-file FILE]
+        [--endpoint URL] [--token-stdin | --token-file FILE]
     fetch_model.py check --name NAME --models-dir DIR [--deep] [--json]   (exit 3: drift)
     fetch_model.py rollback --name NAME --models-dir DIR [--to ID16]
     fetch_model.py versions --name NAME --models-dir DIR
@@ -69,6 +69,8 @@ MANIFEST = ".fleet-manifest.json"
 MANIFEST_FORMAT = 2
 ARCHIVE_SUFFIXES = (".tar", ".tar.gz", ".tgz", ".tar.zst", ".tzst")
 ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
+#: gzip, bzip2, xz, zstd: anything else is read as a plain tar.
+COMPRESSED_MAGIC = (b"\x1f\x8b", b"BZh", b"\xfd7zXZ", ZSTD_MAGIC)
 #: HTTP statuses that no retry will fix.
 PERMANENT = {400, 401, 403, 404, 405, 410, 451}
 EXIT_DRIFT = 3
@@ -687,8 +689,13 @@ def _open_tar(
 ) -> tuple[tarfile.TarFile, subprocess.Popen | None]:
     """A streaming tar reader for a .tar, .tar.gz/.bz2/.xz or .tar.zst file (or ``raw``)."""
     with open(archive, "rb") as fh:
-        magic = fh.read(4)
-    if magic != ZSTD_MAGIC:
+        magic = fh.read(6)
+    if raw is None and not magic.startswith(COMPRESSED_MAGIC):
+        # A plain tar: headers through tarfile, file data read straight from the archive.
+        tar = tarfile.open(archive, mode="r:")  # noqa: SIM115 - closed by unpack
+        tar.fleet_seekable = True  # type: ignore[attr-defined]
+        return tar, None
+    if not magic.startswith(ZSTD_MAGIC):
         return tarfile.open(archive, mode="r|*", fileobj=raw, bufsize=CHUNK), None
     if raw is not None:
         with contextlib.suppress(tarfile.CompressionError, ValueError):
@@ -856,7 +863,10 @@ def _unpack_member(
     _replace_existing(target)
     fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
     sink = Sink(fd, hashlib.sha256(), DURABLE)
-    source_file = tar.extractfile(member)
+    seekable = getattr(tar, "fleet_seekable", False) and member.sparse is None
+    source_file: Any = (
+        _Slice(tar.fileobj, member.offset_data) if seekable else tar.extractfile(member)
+    )
     assert source_file is not None
     try:
         copy_stream(source_file, sink, pipeline, limit=member.size)
@@ -878,6 +888,20 @@ def _unpack_member(
         result.bytes += st.st_size
 
     pipeline.call(finish)
+
+
+class _Slice:
+    """Member data of a plain tar, read with ``pread`` straight into the caller's buffer."""
+
+    def __init__(self, fileobj: Any, offset: int) -> None:
+        self.fd = fileobj.fileno()
+        self.offset = offset
+
+    def readinto(self, buffer: memoryview) -> int:
+        """Read at the current offset (one copy, from the page cache)."""
+        count = os.preadv(self.fd, [buffer], self.offset)
+        self.offset += count
+        return count
 
 
 def _hard_link(source: Path, target: Path, result: Unpacked, src: str, relative: str) -> None:
