@@ -203,24 +203,6 @@ def cmd_verify(args: argparse.Namespace) -> int:
         return subprocess.call(argv, env=env, cwd=ROOT)
 
 
-_COMPLETE = """
-import json, sys, urllib.request
-p = json.load(sys.stdin)
-key = None
-try:
-    for line in open(p["env_file"]):
-        k, _, v = line.strip().partition("=")
-        if k == "VLLM_API_KEY":
-            key = v.strip('"')
-except OSError:
-    pass
-body = {"model": p["model"], "prompt": p["prompt"], "max_tokens": p["max_tokens"]}
-req = urllib.request.Request("http://127.0.0.1:%d/v1/completions" % p["port"],
-    data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
-if key:
-    req.add_header("Authorization", "Bearer " + key)
-print(urllib.request.urlopen(req, timeout=300).read().decode())
-"""
 
 
 def cmd_complete(args: argparse.Namespace) -> int:
@@ -240,18 +222,21 @@ def cmd_complete(args: argparse.Namespace) -> int:
         err.print(f"no server {args.server!r} in {args.fleet}")
         return 1
     name, data, server = targets[0]
+    body = {"model": server["served_name"], "prompt": args.prompt, "max_tokens": args.max_tokens}
     payload = {
-        "model": server["served_name"],
-        "prompt": args.prompt,
-        "max_tokens": args.max_tokens,
         "port": server["port"],
+        "path": "/v1/completions",
+        "body": body,
         "env_file": server["env_path"],
     }
-    result = remote.run(data, f"python3 -c {remote._sh_quote(_COMPLETE)}", json.dumps(payload))
-    if result.returncode != 0:
-        err.print(f"[bold red]{name}/{server['name']} did not answer:[/] {result.stderr.strip()}")
+    command = f"python3 -c {remote._sh_quote(remote.HOST_REQUEST)}"
+    result = remote.run(data, command, json.dumps(payload))
+    answer = json.loads(result.stdout) if result.returncode == 0 else None
+    if answer is None or answer["status"] != 200:
+        why = result.stderr.strip() if answer is None else f"HTTP {answer['status']}"
+        err.print(f"[bold red]{name}/{server['name']} did not answer:[/] {why}")
         return 1
-    reply = json.loads(result.stdout)
+    reply = json.loads(answer["body"])
     text = reply["choices"][0]["text"]
     usage = reply.get("usage", {})
     out.print(f"[bold]{name}/{server['name']}[/] ({server['served_name']}) answered "

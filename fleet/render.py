@@ -21,8 +21,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import jinja2
-
 from fleet.models import model_plan
 from fleet.spec import (
     MODELS_DIR,
@@ -36,8 +34,8 @@ from fleet.spec import (
     Variant,
 )
 from fleet.stack import stack_plan
+from fleet.templating import template
 
-TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
 REMOTE_DIR = "/usr/local/lib/vllm-fleet"
 WAIT_SCRIPT = f"{REMOTE_DIR}/wait_healthy.py"
 ENV_DIR = "/etc/vllm-fleet"
@@ -59,25 +57,6 @@ NVIDIA_DEVICES = [
 
 _SAFE = re.compile(r"^[A-Za-z0-9_./:=,+@-]+$")
 
-def systemd_text(text: str) -> str:
-    """Escape free text for a unit setting where systemd expands specifiers (``%``).
-
-    Example:
-        >>> systemd_text("50% of %n")
-        '50%% of %%n'
-    """
-    return text.replace("%", "%%")
-
-
-_env = jinja2.Environment(
-    loader=jinja2.FileSystemLoader(TEMPLATES),
-    undefined=jinja2.StrictUndefined,
-    trim_blocks=True,
-    lstrip_blocks=True,
-    keep_trailing_newline=True,
-    autoescape=False,
-)
-_env.filters["systemd_text"] = systemd_text
 
 
 def systemd_quote(word: str) -> str:
@@ -224,7 +203,7 @@ def render_unit(fleet: Fleet, host_name: str, name: str) -> str:
         str(server.port),
         *vllm_args(server),
     ]
-    return _env.get_template("vllm-server.service.j2").render(
+    return template("vllm-server.service.j2").render(
         host_name=host_name,
         server_name=name,
         served_name=server.served_model_name or server.model,
@@ -251,12 +230,12 @@ def render_unit(fleet: Fleet, host_name: str, name: str) -> str:
 def render_env(env: dict[str, str], server_name: str) -> str:
     """The EnvironmentFile text of one server."""
     quoted = {key: env_quote(value) for key, value in env.items()}
-    return _env.get_template("vllm-server.env.j2").render(env=quoted, server_name=server_name)
+    return template("vllm-server.env.j2").render(env=quoted, server_name=server_name)
 
 
 def render_sysctl(sysctl: dict[str, int | str]) -> str:
     """The sysctl.d drop-in text."""
-    return _env.get_template("sysctl.conf.j2").render(sysctl=sysctl)
+    return template("sysctl.conf.j2").render(sysctl=sysctl)
 
 
 def read_secret(ref: SecretRef) -> str:

@@ -16,14 +16,11 @@ Example:
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
-import jinja2
-
 from fleet.spec import MIN_DRIVER_FOR_VARIANT, Host
+from fleet.templating import template
 
-TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
 PERSISTENCED_DROPIN = "/etc/systemd/system/nvidia-persistenced.service.d/50-vllm-fleet.conf"
 CUDA_PROFILE = "/etc/profile.d/vllm-fleet-cuda.sh"
 GOVERNOR_UNIT = "vllm-fleet-cpu-governor.service"
@@ -34,14 +31,6 @@ NVIDIA_KEYRING = "/etc/apt/keyrings/vllm-fleet-nvidia.gpg"
 NVIDIA_SOURCES = "/etc/apt/sources.list.d/vllm-fleet-nvidia.list"
 NVIDIA_PREFERENCES = "/etc/apt/preferences.d/vllm-fleet-nvidia"
 
-_env = jinja2.Environment(
-    loader=jinja2.FileSystemLoader(TEMPLATES),
-    undefined=jinja2.StrictUndefined,
-    trim_blocks=True,
-    lstrip_blocks=True,
-    keep_trailing_newline=True,
-    autoescape=False,
-)
 
 
 def driver_matches(declared: str, installed: str | None) -> bool:
@@ -197,7 +186,7 @@ def stack_plan(host: Host) -> dict[str, Any]:
         "nofile": {
             "value": host.os.nofile,
             "path": NOFILE_DROPIN,
-            "text": _env.get_template("vllm-nofile.conf.j2").render(nofile=host.os.nofile),
+            "text": template("vllm-nofile.conf.j2").render(nofile=host.os.nofile),
         },
     }
     if nvidia is not None:
@@ -215,7 +204,7 @@ def stack_plan(host: Host) -> dict[str, Any]:
             "preferences_path": NVIDIA_PREFERENCES,
             "nouveau_path": NOUVEAU_BLACKLIST,
             "persistenced_path": PERSISTENCED_DROPIN,
-            "persistenced_text": _env.get_template("nvidia-persistenced.conf.j2").render(),
+            "persistenced_text": template("nvidia-persistenced.conf.j2").render(),
         }
     if cuda is not None:
         home = f"/usr/local/cuda-{cuda}"
@@ -224,14 +213,14 @@ def stack_plan(host: Host) -> dict[str, Any]:
             "package": f"cuda-toolkit-{cuda.replace('.', '-')}",
             "home": home,
             "profile_path": CUDA_PROFILE,
-            "profile_text": _env.get_template("cuda-profile.sh.j2").render(version=cuda, home=home),
+            "profile_text": template("cuda-profile.sh.j2").render(version=cuda, home=home),
         }
     if governor is not None:
         plan["governor"] = {
             "name": governor.value,
             "unit": GOVERNOR_UNIT,
             "unit_path": f"/etc/systemd/system/{GOVERNOR_UNIT}",
-            "unit_text": _env.get_template("cpu-governor.service.j2").render(
+            "unit_text": template("cpu-governor.service.j2").render(
                 governor=governor.value
             ),
         }

@@ -11,28 +11,7 @@ import shlex
 
 from conftest import Target
 
-_REQUEST = """
-import json, sys, urllib.request, urllib.error
-p = json.load(sys.stdin)
-key = None
-try:
-    for line in open(p["env_file"]):
-        k, _, v = line.strip().partition("=")
-        if k == "VLLM_API_KEY":
-            key = v.strip('"')
-except OSError:
-    pass
-req = urllib.request.Request("http://127.0.0.1:%d%s" % (p["port"], p["path"]),
-    data=json.dumps(p["body"]).encode() if p["body"] is not None else None,
-    headers={"Content-Type": "application/json"})
-if key and p["auth"]:
-    req.add_header("Authorization", "Bearer " + key)
-try:
-    with urllib.request.urlopen(req, timeout=120) as r:
-        print(json.dumps({"status": r.status, "body": r.read().decode()}))
-except urllib.error.HTTPError as e:
-    print(json.dumps({"status": e.code, "body": e.read().decode()}))
-"""
+from fleet.remote import HOST_REQUEST
 
 
 def http(target: Target, path: str, body: dict | None = None, auth: bool = True) -> dict:
@@ -45,7 +24,7 @@ def http(target: Target, path: str, body: dict | None = None, auth: bool = True)
         "env_file": target.server["env_path"],
     }
     command = (
-        f"printf %s {shlex.quote(json.dumps(payload))} | python3 -c {shlex.quote(_REQUEST)}"
+        f"printf %s {shlex.quote(json.dumps(payload))} | python3 -c {shlex.quote(HOST_REQUEST)}"
     )
     result = target.host.run(command)
     assert result.rc == 0, result.stderr
