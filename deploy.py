@@ -19,10 +19,12 @@ from deploys.vllm_env import vllm_env
 # The stack under vLLM: NVIDIA parts only on hosts that declare os.nvidia / os.cuda.
 nvidia()
 cuda()
-host_tuning()
+limits_changed = host_tuning()
 os_tuning()
 # A host without servers gets the stack only (e.g. a GPU host prepared ahead of its models).
 if host.data.get("fleet", {}).get("stack", {}).get("serves", True):
     venv_changed = vllm_env()
     models_changed = models()
-    services(venv_changed=venv_changed, models_changed=models_changed)
+    services(
+        venv_changed=venv_changed, models_changed=models_changed, limits_changed=limits_changed
+    )

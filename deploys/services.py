@@ -22,8 +22,16 @@ from deploys.plan import current_plan, script
 
 
 @deploy("vLLM services")
-def services(venv_changed: OperationMeta, models_changed: dict[str, OperationMeta]) -> None:
-    """Write units and environment files; (re)start only what changed; check readiness."""
+def services(
+    venv_changed: OperationMeta,
+    models_changed: dict[str, OperationMeta],
+    limits_changed: OperationMeta | None = None,
+) -> None:
+    """Write units and environment files; (re)start only what changed; check readiness.
+
+    ``limits_changed`` is the operation of the drop-in that every vLLM unit shares (open-file
+    limits): when it changed, every server restarts to take it.
+    """
     plan = current_plan()
     user = plan["user"]
     server.group(name="Create the service group", group=user, system=True)
@@ -130,6 +138,8 @@ def services(venv_changed: OperationMeta, models_changed: dict[str, OperationMet
         )
         systemd.daemon_reload(name=f"Reload systemd for {unit}", _if=unit_op.did_change)
         changed = [env_op, unit_op, wait_op, venv_changed]
+        if limits_changed is not None:
+            changed.append(limits_changed)
         if entry["model"] in models_changed:
             changed.append(models_changed[entry["model"]])
         restart_op = ops.server_restarted(

@@ -270,6 +270,23 @@ def test_flag_rejected_by_the_installed_vllm_stops_before_the_unit(
     assert on_host(health).returncode == 0
 
 
+def main_pid() -> str:
+    return on_host("systemctl show -p MainPID --value vllm-chat.service").stdout.strip()
+
+
+def test_changed_file_limit_restarts_the_server(second_run, tmp_path: Path) -> None:
+    """The open-file limit drop-in is shared by every vLLM unit: a change restarts them."""
+    before = main_pid()
+    fleet = write_fleet(tmp_path / "nofile.yaml", ARCHIVE_SHA)
+    fleet.write_text(
+        fleet.read_text().replace("    sysctl:", "    nofile: 50000\n    sysctl:", 1)
+    )
+    result = deploy(fleet)
+    assert result.returncode == 0, (result.stdout + result.stderr)[-4000:]
+    assert main_pid() not in ("0", before)
+    assert on_host("systemctl is-active vllm-chat.service").stdout.strip() == "active"
+
+
 def test_down_stops_the_host(second_run, fleet_file: Path) -> None:
     fleet = Path(sys.executable).parent / "fleet"
     result = run([str(fleet), "sandbox", "down", str(fleet_file)], fleet_file)
