@@ -13,6 +13,7 @@ from __future__ import annotations
 from io import StringIO
 
 from pyinfra.api import deploy
+from pyinfra.api.exceptions import DeployError
 from pyinfra.api.operation import OperationMeta
 from pyinfra.operations import files, server, systemd
 from pyinfra.operations.util import any_changed
@@ -33,6 +34,13 @@ def services(
     limits): when it changed, every server restarts to take it.
     """
     plan = current_plan()
+    multi_node = [e["name"] for e in plan["servers"] if e.get("worker_hosts")]
+    if multi_node:
+        raise DeployError(
+            f"{', '.join(multi_node)}: servers spanning hosts (worker_hosts, Ray) are planned and "
+            "checked by `fleet plan`, but this version does not deploy them yet; deploy them "
+            "by hand or keep each server on one host"
+        )
     user = plan["user"]
     server.group(name="Create the service group", group=user, system=True)
     server.user(

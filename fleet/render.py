@@ -275,6 +275,7 @@ def host_plan(
                 "host": server.host,
                 "port": server.port,
                 "has_api_key": server.api_key is not None,
+                "worker_hosts": list(server.worker_hosts),
                 "after": start_order(host)[name],
             }
         )
