@@ -71,8 +71,23 @@ FP8_DS_MLA_BYTES = 656
 ONE_BYTE_QUANT = {"fp8", "ptpc_fp8", "fbgemm_fp8", "experts_int8"}
 
 
+class _Verdict:
+    """What ServerPlan and GpuPlan share: a verdict, read as fits / does not fit / unknown."""
+
+    verdict: str
+
+    @property
+    def fits(self) -> bool | None:
+        """True for fits and tight, False for does not fit, None when it cannot be told."""
+        return {"fits": True, "tight": True, "does not fit": False}.get(self.verdict)
+
+    def to_json(self) -> dict[str, Any]:
+        """Plain data for ``fleet plan --json``."""
+        return {**asdict(self), "fits": self.fits}  # type: ignore[call-overload]
+
+
 @dataclass
-class ServerPlan:
+class ServerPlan(_Verdict):
     """The memory plan of one server (per GPU unless a name says otherwise)."""
 
     host: str
@@ -99,18 +114,9 @@ class ServerPlan:
     reason: str = ""
     cannot_check: list[str] = field(default_factory=list)
 
-    @property
-    def fits(self) -> bool | None:
-        """True for fits and tight, False for does not fit, None when it cannot be told."""
-        return {"fits": True, "tight": True, "does not fit": False}.get(self.verdict)
-
-    def to_json(self) -> dict[str, Any]:
-        """Plain data for ``fleet plan --json``."""
-        return {**asdict(self), "fits": self.fits}
-
 
 @dataclass
-class GpuPlan:
+class GpuPlan(_Verdict):
     """One GPU: its memory, the servers on it and what is left outside their budgets."""
 
     host: str
@@ -123,15 +129,6 @@ class GpuPlan:
     outside_bytes: int = 0
     verdict: str = "unknown"
     reason: str = ""
-
-    @property
-    def fits(self) -> bool | None:
-        """True for fits and tight, False for does not fit, None when it cannot be told."""
-        return {"fits": True, "tight": True, "does not fit": False}.get(self.verdict)
-
-    def to_json(self) -> dict[str, Any]:
-        """Plain data for ``fleet plan --json``."""
-        return {**asdict(self), "fits": self.fits}
 
 
 @dataclass

@@ -65,23 +65,35 @@ def ssh_config_entry(name: str, data: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def ssh_command(data: dict[str, Any], command: str) -> list[str]:
-    """The argv of ``ssh`` running ``command`` on a host (via sudo for a non-root user)."""
-    argv = [
-        "ssh",
+def ssh_options(data: dict[str, Any]) -> list[str]:
+    """The ``ssh`` options every use of a host shares: port, batch mode, host-key checking, key.
+
+    Example:
+        >>> ssh_options({"ssh_port": 2222})
+        ['-p', '2222', '-o', 'BatchMode=yes', '-o', 'StrictHostKeyChecking=yes']
+    """
+    options = [
         "-p", str(data.get("ssh_port", 22)),
         "-o", "BatchMode=yes",
         "-o", f"StrictHostKeyChecking={data.get('ssh_strict_host_key_checking', 'yes')}",
     ]
     if data.get("ssh_key"):
-        argv += ["-i", str(data["ssh_key"]), "-o", "IdentitiesOnly=yes"]
+        options += ["-i", str(data["ssh_key"]), "-o", "IdentitiesOnly=yes"]
     if data.get("ssh_known_hosts_file"):
-        argv += ["-o", f"UserKnownHostsFile={data['ssh_known_hosts_file']}"]
-    user = data.get("ssh_user", "root")
-    if user != "root":
+        options += ["-o", f"UserKnownHostsFile={data['ssh_known_hosts_file']}"]
+    return options
+
+
+def ssh_destination(data: dict[str, Any]) -> str:
+    """``user@host`` of a host's connection data."""
+    return f"{data.get('ssh_user', 'root')}@{data.get('ssh_hostname')}"
+
+
+def ssh_command(data: dict[str, Any], command: str) -> list[str]:
+    """The argv of ``ssh`` running ``command`` on a host (via sudo for a non-root user)."""
+    if data.get("ssh_user", "root") != "root":
         command = f"sudo -n sh -c {_sh_quote(command)}"
-    argv += [f"{user}@{data.get('ssh_hostname')}", command]
-    return argv
+    return ["ssh", *ssh_options(data), ssh_destination(data), command]
 
 
 def _sh_quote(text: str) -> str:

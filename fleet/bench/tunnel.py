@@ -20,6 +20,8 @@ import subprocess
 import time
 from typing import Any
 
+from fleet.remote import ssh_destination, ssh_options
+
 
 class TunnelError(RuntimeError):
     """The port forward could not be opened; the message carries ssh's own words."""
@@ -48,22 +50,15 @@ def forward_argv(
     + remote_port: the server's port on its host
     + remote_host: the address the server listens on, seen from its host
     """
-    argv = [
+    return [
         "ssh", "-N",
-        "-p", str(data.get("ssh_port", 22)),
-        "-o", "BatchMode=yes",
+        *ssh_options(data),
         "-o", "ExitOnForwardFailure=yes",
         "-o", "ServerAliveInterval=15",
         "-o", "ServerAliveCountMax=3",
-        "-o", f"StrictHostKeyChecking={data.get('ssh_strict_host_key_checking', 'yes')}",
+        "-L", f"127.0.0.1:{local_port}:{remote_host}:{remote_port}",
+        ssh_destination(data),
     ]
-    if data.get("ssh_key"):
-        argv += ["-i", str(data["ssh_key"]), "-o", "IdentitiesOnly=yes"]
-    if data.get("ssh_known_hosts_file"):
-        argv += ["-o", f"UserKnownHostsFile={data['ssh_known_hosts_file']}"]
-    argv += ["-L", f"127.0.0.1:{local_port}:{remote_host}:{remote_port}"]
-    argv.append(f"{data.get('ssh_user', 'root')}@{data.get('ssh_hostname')}")
-    return argv
 
 
 class Tunnel:
