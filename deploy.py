@@ -13,7 +13,7 @@ from deploys.host_tuning import host_tuning
 from deploys.models import models
 from deploys.nvidia import nvidia
 from deploys.os_tuning import os_tuning
-from deploys.services import services
+from deploys.services import retired_servers, services
 from deploys.vllm_env import vllm_env
 
 # The stack under vLLM: NVIDIA parts only on hosts that declare os.nvidia / os.cuda.
@@ -21,6 +21,8 @@ nvidia()
 cuda()
 limits_changed = host_tuning()
 os_tuning()
+# Servers renamed or taken out of the fleet file: stopped and removed before any other starts.
+retired_servers()
 # A host without servers gets the stack only (e.g. a GPU host prepared ahead of its models).
 if host.data.get("fleet", {}).get("stack", {}).get("serves", True):
     venv_changed = vllm_env()

@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import signal
 import statistics
 import subprocess
@@ -151,6 +152,12 @@ def write_prompts(path: Path, url: str, model: str, count: int, input_len: int,
     return path
 
 
+def children_cpu() -> float:
+    """CPU seconds (user + system) used so far by this process's finished children."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
 def run_fleet(url: str, model: str, prompts: Path, concurrency: int, requests: int,
               output_len: int, out: Path, warmup: int = 0) -> dict[str, float]:
     """``fleet bench`` in its own process; its figures in vLLM's names."""
@@ -158,9 +165,9 @@ def run_fleet(url: str, model: str, prompts: Path, concurrency: int, requests: i
             "--prompts", str(prompts), "--concurrency", str(concurrency),
             "--requests", str(requests), "--output-len", str(output_len),
             "--warmup", str(warmup), "--out", str(out), "--no-progress", "--no-metrics"]
-    started = time.perf_counter()
+    started, cpu = time.perf_counter(), children_cpu()
     result = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=1200)
-    wall = time.perf_counter() - started
+    wall, cpu = time.perf_counter() - started, children_cpu() - cpu
     if result.returncode != 0:
         raise RuntimeError(f"fleet bench failed:\n{result.stdout[-2000:]}{result.stderr[-2000:]}")
     step = json.loads((out / "bench.json").read_text())["steps"][0]
@@ -173,6 +180,7 @@ def run_fleet(url: str, model: str, prompts: Path, concurrency: int, requests: i
         "completed": step["ok"],
         "failed": step["failed"],
         "wall_s": wall,
+        "client_cpu_s": cpu,
     }
 
 
@@ -189,9 +197,9 @@ def run_vllm(url: str, model: str, tokenizer: Path, prompts: Path, concurrency: 
             "--result-dir", str(out), "--result-filename", "vllm.json", "--seed", "0"]
     out.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ, HF_HUB_OFFLINE="1", VLLM_NO_USAGE_STATS="1")
-    started = time.perf_counter()
+    started, cpu = time.perf_counter(), children_cpu()
     result = subprocess.run(argv, capture_output=True, text=True, timeout=1200, env=env)
-    wall = time.perf_counter() - started
+    wall, cpu = time.perf_counter() - started, children_cpu() - cpu
     if result.returncode != 0:
         raise RuntimeError(f"vllm bench serve failed:\n{result.stdout[-3000:]}"
                            f"{result.stderr[-3000:]}")
@@ -205,6 +213,7 @@ def run_vllm(url: str, model: str, tokenizer: Path, prompts: Path, concurrency: 
         "completed": data["completed"],
         "failed": data.get("failed", 0),
         "wall_s": wall,
+        "client_cpu_s": cpu,
     }
 
 
@@ -215,11 +224,13 @@ def compare(url: str, model: str, tokenizer: Path, tmp: Path, args: argparse.Nam
                          args.input_len, args.output_len, seed=999)
     run_fleet(url, model, warm, args.concurrency, 2 * args.concurrency, args.output_len,
               tmp / f"{label}-warm")
-    rows: dict[str, list[dict[str, float]]] = {"fleet": [], "vllm": []}
+    rows: dict[str, list[dict[str, float]]] = {"fleet": [], "vllm": [], "vllm-again": []}
+    runs = ["fleet", "vllm", "vllm-again"] if args.control else ["fleet", "vllm"]
     for round_ in range(args.rounds):
         prompts = write_prompts(tmp / f"{label}-r{round_}.jsonl", url, model, args.requests,
                                 args.input_len, args.output_len, seed=round_)
-        order = ("fleet", "vllm") if round_ % 2 == 0 else ("vllm", "fleet")
+        shift = round_ % len(runs)
+        order = runs[shift:] + runs[:shift]  # each tool takes each place in turn
         for tool in order:
             out = tmp / f"{label}-{tool}-{round_}"
             before = scrape(url)
@@ -232,27 +243,50 @@ def compare(url: str, model: str, tokenizer: Path, tmp: Path, args: argparse.Nam
             server = step_figures(before, scrape(url), model).get("ttft", {})
             figures["server_ttft_ms"] = (server.get("mean") or 0.0) * 1000
             rows[tool].append(figures)
-            print(f"{label} round {round_} {tool:5}: TTFT {figures['mean_ttft_ms']:.2f} ms "
+            print(f"{label} round {round_} {tool:10}: TTFT {figures['mean_ttft_ms']:.2f} ms "
                   f"(server's {figures['server_ttft_ms']:.2f}), "
                   f"TPOT {figures['mean_tpot_ms']:.3f} ms, ITL "
                   f"{figures['mean_itl_ms']:.3f} ms, output "
                   f"{figures['output_throughput']:.1f} tok/s, "
-                  f"{figures['completed']} ok / {figures['failed']} failed", flush=True)
+                  f"{figures['completed']} ok / {figures['failed']} failed; client process "
+                  f"{figures['client_cpu_s']:.2f} CPU s in {figures['wall_s']:.1f} s",
+                  flush=True)
     return rows
 
 
-def ratios(rows: dict[str, list[dict[str, float]]]) -> dict[str, float]:
-    """fleet/vLLM of the medians over rounds of mean TTFT, mean TPOT, output throughput."""
+#: The figures compared, by their name in the printed ratios.
+FIGURES = {"ttft": "mean_ttft_ms", "tpot": "mean_tpot_ms",
+           "output_throughput": "output_throughput", "server_ttft": "server_ttft_ms"}
 
-    def median(tool: str, key: str) -> float:
-        return statistics.median(r[key] for r in rows[tool])
 
+def ratios(rows: dict[str, list[dict[str, float]]], tool: str = "fleet",
+           peer: str = "vllm") -> dict[str, float]:
+    """Median over rounds of each round's ``tool``/``peer`` ratio of mean TTFT, mean TPOT,
+    output throughput (and the server's own mean TTFT during the two runs).
+
+    The two runs of a round ran back to back on the same prompts, so their ratio cancels most
+    of what changed on the shared machine between rounds; the median drops the rounds that
+    something else disturbed.
+
+    Example:
+        >>> r = {"fleet": [{k: 2.0 for k in FIGURES.values()}] * 3,
+        ...      "vllm": [{k: v for k in FIGURES.values()} for v in (2.0, 1.0, 4.0)]}
+        >>> ratios(r)["tpot"]
+        1.0
+    """
     return {
-        "ttft": median("fleet", "mean_ttft_ms") / median("vllm", "mean_ttft_ms"),
-        "tpot": median("fleet", "mean_tpot_ms") / median("vllm", "mean_tpot_ms"),
-        "output_throughput": median("fleet", "output_throughput")
-        / median("vllm", "output_throughput"),
-        "server_ttft": median("fleet", "server_ttft_ms") / median("vllm", "server_ttft_ms"),
+        name: statistics.median(
+            a[key] / b[key] for a, b in zip(rows[tool], rows[peer], strict=True) if b[key]
+        )
+        for name, key in FIGURES.items()
+    }
+
+
+def spread(rows: dict[str, list[dict[str, float]]], tool: str, peer: str) -> dict[str, float]:
+    """The largest distance from 1 of any one round's ratio, per figure (the noise band)."""
+    return {
+        name: max(abs(a[key] / b[key] - 1) for a, b in zip(rows[tool], rows[peer], strict=True))
+        for name, key in FIGURES.items() if name != "server_ttft"
     }
 
 
@@ -269,10 +303,13 @@ def main() -> int:
     parser.add_argument("--port", type=int, default=DEFAULT_PORT)
     parser.add_argument("--scripted-port", type=int, default=DEFAULT_PORT + 90)
     parser.add_argument("--concurrency", type=int, default=4)
-    parser.add_argument("--requests", type=int, default=64)
+    parser.add_argument("--requests", type=int, default=48)
     parser.add_argument("--input-len", type=int, default=128)
     parser.add_argument("--output-len", type=int, default=64)
-    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--rounds", type=int, default=9)
+    parser.add_argument("--control", action=argparse.BooleanOptionalAction, default=True,
+                        help="also run vllm bench serve twice per round: the vllm/vllm ratios "
+                        "show how much the machine alone moves a ratio")
     parser.add_argument("--skip-scripted", action="store_true",
                         help="only the real vLLM comparison")
     args = parser.parse_args()
@@ -313,7 +350,7 @@ def main() -> int:
     real = ratios(rows)
     print(f"setup: concurrency {args.concurrency}, {args.requests} requests, "
           f"input {args.input_len} tokens, output {args.output_len} tokens, "
-          f"{args.rounds} rounds (medians of per-round means); {os.cpu_count()} CPUs, "
+          f"{args.rounds} rounds (median of the per-round ratios); {os.cpu_count()} CPUs, "
           f"load average {os.getloadavg()[0]:.2f}")
     if scripted is not None:
         print(f"scripted server (TTFT 50 ms, ITL 4 ms known): ratios {_line(scripted)}")
@@ -322,6 +359,15 @@ def main() -> int:
         print(f"vLLM: {tool} client TTFT − the server's own TTFT = {gap:.2f} ms")
     print(f"vLLM: the server's own mean TTFT during fleet's runs / during vllm's runs = "
           f"{real['server_ttft']:.3f} (the server itself ran that much faster or slower)")
+    band = spread(rows, "fleet", "vllm")
+    print("vLLM: largest single-round distance of fleet/vllm from 1: "
+          + " ".join(f"{k}={v:.3f}" for k, v in band.items()))
+    if args.control:
+        control = ratios(rows, "vllm-again", "vllm")
+        noise = spread(rows, "vllm-again", "vllm")
+        print(f"control, vllm bench serve against itself: ratios {_line(control)}; largest "
+              "single-round distance from 1: "
+              + " ".join(f"{k}={v:.3f}" for k, v in noise.items()))
     within = all(0.9 <= v <= 1.1 for k, v in real.items() if k != "server_ttft")
     print(f"goal: each ratio within 0.90–1.10 → {'met' if within else 'NOT met'}")
     print(f"ratios {_line(real)}")

@@ -26,7 +26,7 @@ from pyinfra.api.exceptions import DeployError
 from pyinfra.api.operation import OperationMeta
 from pyinfra.operations import apt, files
 
-from deploys.plan import current_plan, script
+from deploys.plan import current_plan, upload_script
 from facts.models import ModelCheck
 
 #: The installer's flags for progress lines and retries on the host.
@@ -139,15 +139,7 @@ def model_installed(
 def models() -> dict[str, OperationMeta]:
     """Install every model this host's servers use; return each model's operation."""
     plan = current_plan()
-    installer = f"{plan['remote_dir']}/fetch_model.py"
-    files.put(
-        name="Upload the model installer",
-        src=script("fetch_model.py"),
-        dest=installer,
-        user="root",
-        group="root",
-        mode="755",
-    )
+    installer, _ = upload_script("fetch_model.py", "the model installer")
     files.directory(
         name="Create the models directory",
         path=plan["models_dir"],

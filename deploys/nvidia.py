@@ -27,7 +27,7 @@ from pyinfra.facts.server import LinuxDistribution
 from pyinfra.operations import apt, files, python, server, systemd
 from pyinfra.operations.util import any_changed
 
-from deploys.plan import current_plan, script
+from deploys.plan import current_plan, upload_script
 from facts.gpus import PciGpus
 from facts.host import Container
 from facts.nvidia import (
@@ -301,9 +301,7 @@ def nvidia() -> OperationMeta | None:
         ],
         _if=blacklist.did_change,
     )
-    installer = f"{plan['remote_dir']}/nvidia_driver.py"
-    files.put(name="Upload the driver installer", src=script("nvidia_driver.py"),
-              dest=installer, user="root", group="root", mode="755")  # fmt: skip
+    installer, _ = upload_script("nvidia_driver.py", "the driver installer")
     driver_op = driver_installed(
         name=f"Install NVIDIA driver {nvidia['driver']}"
         + (" with its fabric manager" if facts["fabric_manager"] else ""),

@@ -15,6 +15,7 @@ from pyinfra.api import QuoteString, StringCommand, operation
 from pyinfra.facts.files import Sha256File
 from pyinfra.facts.server import Sysctl
 
+from facts.host import FleetServerUnits
 from facts.sysctl import SysctlWritable
 from facts.vllm import VenvPackages
 
@@ -218,3 +219,59 @@ def server_answers(port: int, served_name: str, env_file: str, script: str, pyth
         "--port", str(port), "--model", QuoteString(served_name),
         "--env-file", QuoteString(env_file),
     )
+
+
+def server_name_of(unit: str) -> str:
+    """The fleet server name of a unit: ``vllm-chat.service`` → ``chat``.
+
+    Example:
+        >>> server_name_of("vllm-chat.service")
+        'chat'
+    """
+    return unit.removeprefix("vllm-").removesuffix(".service")
+
+
+@operation()
+def undeclared_servers_removed(
+    keep: list[str], unit_dir: str, env_dir: str, previous_dir: str
+):
+    """Stop, disable and delete the server units vllm-fleet wrote that the fleet no longer has.
+
+    + keep: the units the fleet file declares for this host
+    + unit_dir: where the units live (``/etc/systemd/system``)
+    + env_dir: where their environment files live
+    + previous_dir: where their saved previous copies live
+
+    Only units carrying vllm-fleet's marker line are candidates (:class:`FleetServerUnits`):
+    a ``vllm-*.service`` written by hand is never touched. Runs before any declared server is
+    (re)started, so a renamed server or a new server on a freed port finds its port and GPU
+    memory free.
+
+    **Example:**
+
+    .. code:: python
+
+        ops.undeclared_servers_removed(keep=["vllm-chat.service"], unit_dir="/etc/systemd/system",
+                                       env_dir="/etc/vllm-fleet",
+                                       previous_dir="/var/lib/vllm-fleet/previous")
+    """
+    undeclared = [u for u in host.get_fact(FleetServerUnits, unit_dir=unit_dir) if u not in keep]
+    if not undeclared:
+        host.noop("no server units beyond those the fleet file declares")
+        return
+    for unit in undeclared:
+        name = server_name_of(unit)
+        logger.warning(
+            f"{host.print_prefix}{unit}: server {name!r} is no longer in the fleet file: "
+            "stopping and removing it"
+        )
+        yield StringCommand("systemctl", "disable", "--now", QuoteString(unit), "||", "true")
+        yield StringCommand(
+            "rm", "-f", QuoteString(f"{unit_dir}/{unit}"), QuoteString(f"{env_dir}/{name}.env"),
+            QuoteString(f"{previous_dir}/{unit}"), QuoteString(f"{previous_dir}/{name}.env"),
+        )  # fmt: skip
+    yield StringCommand("systemctl", "daemon-reload")
+    yield StringCommand(
+        "systemctl", "reset-failed", *[QuoteString(u) for u in undeclared], "2>/dev/null", "||",
+        "true",
+    )  # fmt: skip

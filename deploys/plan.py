@@ -16,6 +16,8 @@ from typing import Any
 
 from pyinfra import host
 from pyinfra.api.exceptions import DeployError
+from pyinfra.api.operation import OperationMeta
+from pyinfra.operations import files
 
 REMOTE_SCRIPTS = Path(__file__).resolve().parent / "remote"
 
@@ -34,3 +36,25 @@ def current_plan() -> dict[str, Any]:
 def script(name: str) -> str:
     """Local path of a host-side script shipped with the deploys."""
     return str(REMOTE_SCRIPTS / name)
+
+
+def upload_script(name: str, what: str, dest: str | None = None) -> tuple[str, OperationMeta]:
+    """Upload one host-side script (root-owned, 755); return its path there and the operation.
+
+    + name: the script's file name under deploys/remote
+    + what: what it is, for the operation's name (``the health waiter``)
+    + dest: its path on the host (default: ``<remote_dir>/<name>``)
+
+    Example (inside a deploy):
+        path, op = upload_script("wait_healthy.py", "the health waiter")
+        # path == '/usr/local/lib/vllm-fleet/wait_healthy.py'
+    """
+    dest = dest or f"{current_plan()['remote_dir']}/{name}"
+    return dest, files.put(
+        name=f"Upload {what}",
+        src=script(name),
+        dest=dest,
+        user="root",
+        group="root",
+        mode="755",
+    )

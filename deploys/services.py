@@ -4,7 +4,8 @@ A server is restarted only when its unit, environment, vLLM install or model cha
 deploy finishes it only once it answers a real completion.
 
 Example:
-    from deploys.services import services
+    from deploys.services import retired_servers, services
+    retired_servers()
     services(venv_changed=venv_op, models_changed={"tiny-llama": model_op})
 """
 
@@ -19,7 +20,28 @@ from pyinfra.operations import files, server, systemd
 from pyinfra.operations.util import any_changed
 
 from deploys import ops
-from deploys.plan import current_plan, script
+from deploys.plan import current_plan, upload_script
+
+#: Saved copies of the last working unit and environment of each server.
+PREVIOUS_DIR = "/var/lib/vllm-fleet/previous"
+#: Where the server units live.
+UNIT_DIR = "/etc/systemd/system"
+
+
+@deploy("Servers no longer in the fleet file")
+def retired_servers() -> None:
+    """Stop and remove the server units vllm-fleet wrote for servers the fleet file no longer
+    has (renamed or deleted), before any declared server starts: their ports and GPU memory
+    are free for the new ones. Units written by hand are never touched.
+    """
+    plan = current_plan()
+    ops.undeclared_servers_removed(
+        name="Remove servers that are no longer in the fleet file",
+        keep=[entry["unit"] for entry in plan["servers"]],
+        unit_dir=UNIT_DIR,
+        env_dir=plan["env_dir"],
+        previous_dir=PREVIOUS_DIR,
+    )
 
 
 @deploy("vLLM services")
@@ -60,48 +82,17 @@ def services(
         group="root",
         mode="700",
     )
-    wait_op = files.put(
-        name="Upload the health waiter",
-        src=script("wait_healthy.py"),
-        dest=plan["wait_script"],
-        user="root",
-        group="root",
-        mode="755",
-    )
-    validator = f"{plan['remote_dir']}/validate_args.py"
-    files.put(
-        name="Upload the vLLM flag check",
-        src=script("validate_args.py"),
-        dest=validator,
-        user="root",
-        group="root",
-        mode="755",
-    )
-    checker = f"{plan['remote_dir']}/check_ready.py"
-    files.put(
-        name="Upload the readiness check",
-        src=script("check_ready.py"),
-        dest=checker,
-        user="root",
-        group="root",
-        mode="755",
-    )
-    previous = "/var/lib/vllm-fleet/previous"
+    _, wait_op = upload_script("wait_healthy.py", "the health waiter", dest=plan["wait_script"])
+    validator, _ = upload_script("validate_args.py", "the vLLM flag check")
+    checker, _ = upload_script("check_ready.py", "the readiness check")
+    restarter, _ = upload_script("restart_or_restore.py", "the restart-or-restore helper")
+    previous = PREVIOUS_DIR
     files.directory(
         name="Create the folder for previous configurations",
         path=previous,
         user="root",
         group="root",
         mode="700",
-    )
-    restarter = f"{plan['remote_dir']}/restart_or_restore.py"
-    files.put(
-        name="Upload the restart-or-restore helper",
-        src=script("restart_or_restore.py"),
-        dest=restarter,
-        user="root",
-        group="root",
-        mode="755",
     )
     python = f"{plan['venv']}/bin/python"
     for entry in plan["servers"]:

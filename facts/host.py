@@ -126,3 +126,33 @@ class UnitStates(FactBase):
             key, _, value = line.partition("=")
             current[key] = value
         return result
+
+
+#: The first line of every unit vllm-fleet writes (templates/vllm-server.service.j2).
+FLEET_UNIT_MARKER = "# Managed by vllm-fleet"
+
+
+class FleetServerUnits(FactBase):
+    """The vLLM server units in /etc/systemd/system that vllm-fleet wrote (their first line is
+    its marker), sorted; a ``vllm-*.service`` written by hand is not listed.
+
+    .. code:: python
+
+        ["vllm-chat.service", "vllm-embed.service"]
+
+    Example:
+        >>> FleetServerUnits().process(["vllm-embed.service", "vllm-chat.service"])
+        ['vllm-chat.service', 'vllm-embed.service']
+    """
+
+    default = list
+
+    def command(self, unit_dir: str = "/etc/systemd/system") -> StringCommand:
+        return StringCommand(
+            "for f in", f"{unit_dir.rstrip('/')}/vllm-*.service", "; do",
+            "test -f \"$f\" && head -n 1 \"$f\" | grep -q", QuoteString(f"^{FLEET_UNIT_MARKER}"),
+            "&& basename \"$f\"; done; true",
+        )  # fmt: skip
+
+    def process(self, output: list[str]) -> list[str]:
+        return sorted(line.strip() for line in output if line.strip().endswith(".service"))

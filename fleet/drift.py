@@ -346,6 +346,15 @@ def _vllm_rows(host: str, plan: dict[str, Any], facts: dict[str, Any]) -> Iterat
                   OK if have and have == want else DRIFT)  # fmt: skip
 
 
+def _retired_rows(host: str, plan: dict[str, Any], facts: dict[str, Any]) -> Iterator[Row]:
+    """A row for each server unit vllm-fleet wrote that the fleet file no longer declares."""
+    declared = {server["unit"] for server in plan["servers"]}
+    for unit in facts.get("fleet_units", []):
+        if unit not in declared:
+            yield Row(host, f"unit {unit}", "not declared (removed from the fleet file)",
+                      "still installed: the next deploy stops and removes it", DRIFT)  # fmt: skip
+
+
 def upstream_release(version: str) -> str:
     """A Python package version without its local part: ``0.32.0+cpu`` → ``0.32.0``.
 
@@ -369,6 +378,7 @@ def compare(plan: dict[str, Any], facts: dict[str, Any]) -> list[Row]:
     rows += _tuning_rows(host, plan, facts)
     if stack["serves"]:
         rows += _vllm_rows(host, plan, facts)
+    rows += _retired_rows(host, plan, facts)
     return rows
 
 
@@ -383,7 +393,7 @@ def gather(pyinfra_host: Any, plan: dict[str, Any]) -> dict[str, Any]:
     from pyinfra.facts.server import LinuxDistribution, Sysctl
 
     from facts.gpus import NvidiaSmiGpus, PciGpus
-    from facts.host import CpuGovernor, FileDigests, UnitStates
+    from facts.host import CpuGovernor, FileDigests, FleetServerUnits, UnitStates
     from facts.nvidia import (
         CudaToolkits,
         DebPackageStates,
@@ -401,6 +411,7 @@ def gather(pyinfra_host: Any, plan: dict[str, Any]) -> dict[str, Any]:
         "digests": get(FileDigests, paths=watched_files(plan)),
         "units": get(UnitStates, units=watched_units(plan)),
         "held": get(HeldPackages),
+        "fleet_units": get(FleetServerUnits),
         "governor": get(CpuGovernor),
         "sysctl": get(Sysctl, keys=keys) if keys else {},
         "sysctl_writable": get(SysctlWritable, keys=keys) if keys else {},

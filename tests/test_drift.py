@@ -101,6 +101,7 @@ def clean_facts(plan: dict[str, Any]) -> dict[str, Any]:
         "sysctl_writable": {"vm.swappiness": True, "net.core.somaxconn": True},
         "venv": {"python": "3.12.3", "packages": {"vllm": "0.11.0"}},
         "models": {"chat-model": {"sha256": SHA}},
+        "fleet_units": ["vllm-chat.service"],
     }
 
 
@@ -175,6 +176,8 @@ def _edit(key: str) -> Callable[[dict], None]:
         (_set("venv/python", "3.11.2"), ["python"]),
         (_edit("preferences.d"), ["apt pin"]),
         (_set("smi", {"gpus": [], "error": "NVIDIA-SMI has failed"}), ["gpus", "persistence"]),
+        (_set("fleet_units", ["vllm-chat.service", "vllm-old.service"]),
+         ["unit vllm-old.service"]),
     ],
 )  # fmt: skip
 def test_one_broken_thing_is_named(plan, change, items: list[str]) -> None:
@@ -217,6 +220,17 @@ def test_host_without_servers_skips_vllm(plan) -> None:
     plan["stack"]["serves"] = False
     items = {row.item for row in compare(plan, clean_facts(plan))}
     assert not items & {"vllm", "python", "unit vllm-chat.service", "model chat-model"}
+
+
+def test_units_left_from_removed_servers_are_drift_even_without_servers(plan) -> None:
+    """A host whose servers were all taken out of the fleet still reports their units."""
+    plan = copy.deepcopy(plan)
+    plan["stack"]["serves"] = False
+    plan["servers"] = []
+    rows = [r for r in compare(plan, clean_facts(plan)) if r.status == DRIFT]
+    assert [(r.item, r.actual) for r in rows] == [
+        ("unit vllm-chat.service", "still installed: the next deploy stops and removes it")
+    ]
 
 
 def test_unsupported_distribution_is_an_error_row(plan) -> None:

@@ -8,8 +8,10 @@ fleet file stops pyinfra before any host is contacted.
 
 from __future__ import annotations
 
+import json
 import os
 import re
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -268,6 +270,69 @@ def test_flag_rejected_by_the_installed_vllm_stops_before_the_unit(
         f"u.urlopen('http://127.0.0.1:{SERVER_PORT}/health', timeout=5)\""
     )
     assert on_host(health).returncode == 0
+
+
+RETIRED_UNIT = """\
+# Managed by vllm-fleet — edit the fleet file, not this unit.
+[Unit]
+Description=a server since taken out of the fleet file
+[Service]
+ExecStart=/usr/bin/python3 -m http.server 18190 --bind 127.0.0.1
+[Install]
+WantedBy=multi-user.target
+"""
+HAND_UNIT = """\
+# A vLLM unit written by hand: not vllm-fleet's to remove.
+[Service]
+ExecStart=/usr/bin/sleep infinity
+[Install]
+WantedBy=multi-user.target
+"""
+
+
+def put_on_host(path: str, text: str) -> None:
+    result = on_host(f"printf %s {shlex.quote(text)} > {shlex.quote(path)}")
+    assert result.returncode == 0, result.stderr
+
+
+def test_a_server_taken_out_of_the_fleet_is_stopped_and_removed(
+    second_run, fleet_file: Path
+) -> None:
+    """A server renamed or deleted in the fleet file: drift names it, the deploy stops it and
+    deletes its unit and environment, the declared server keeps running untouched, a unit
+    written by hand stays, and the next deploy changes nothing."""
+    put_on_host("/etc/systemd/system/vllm-retired.service", RETIRED_UNIT)
+    put_on_host("/etc/vllm-fleet/retired.env", "VLLM_API_KEY=old\n")
+    put_on_host("/etc/systemd/system/vllm-mine.service", HAND_UNIT)
+    started = on_host("systemctl daemon-reload && systemctl enable --now vllm-retired vllm-mine")
+    assert started.returncode == 0, started.stderr
+    before = main_pid()
+
+    fleet = Path(sys.executable).parent / "fleet"
+    report = run([str(fleet), "drift", str(fleet_file), "--json"], fleet_file)
+    assert report.returncode == 2, report.stdout + report.stderr
+    rows = json.loads(report.stdout)["rows"]
+    assert [r["item"] for r in rows if r["status"] == "drift"] == [
+        "unit vllm-retired.service"
+    ]
+
+    result = deploy(fleet_file)
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output[-4000:]
+    assert "server 'retired' is no longer in the fleet file" in output
+    gone = on_host(
+        "test ! -e /etc/systemd/system/vllm-retired.service"
+        " && test ! -e /etc/vllm-fleet/retired.env"
+        " && ! systemctl is-active --quiet vllm-retired"
+        " && ! python3 -c 'import socket; socket.create_connection((\"127.0.0.1\", 18190), 2)'"
+    )
+    assert gone.returncode == 0, "the retired server is still installed or listening"
+    assert on_host("systemctl is-active vllm-mine").stdout.strip() == "active"
+    assert main_pid() == before, "the declared server was restarted"
+    again = deploy(fleet_file)
+    assert changes(again.stdout + again.stderr) == 0
+    on_host("systemctl disable --now vllm-mine; rm -f /etc/systemd/system/vllm-mine.service; "
+            "systemctl daemon-reload")
 
 
 def main_pid() -> str:
