@@ -23,7 +23,7 @@ from pyinfra.api import FactBase, QuoteString, StringCommand
 
 from facts.vllm import ModelManifest
 
-__all__ = ["ModelCheck", "ModelManifest"]
+__all__ = ["InstalledModels", "ModelCheck", "ModelManifest"]
 
 
 class ModelCheck(FactBase):
@@ -56,3 +56,36 @@ class ModelCheck(FactBase):
             return json.loads(text.splitlines()[-1])
         except ValueError:
             return {"installed": False, "ok": False, "error": text[-500:], "problems": []}
+
+
+class InstalledModels(FactBase):
+    """Every model installed under the models directory (the installer's ``list``); empty where
+    the installer is not there yet.
+
+    .. code:: python
+
+        [{"name": "tiny", "live": "tiny-7bba1c3a1056cbe4", "versions": 2, "bytes": 1706280}]
+
+    Example:
+        >>> InstalledModels().process(['[{"name": "tiny", "live": null, "versions": 1,'
+        ...                            ' "bytes": 5}]'])[0]["name"]
+        'tiny'
+        >>> InstalledModels().process([])
+        []
+    """
+
+    requires_command = "python3"
+    default = list
+
+    def command(self, script: str, models_dir: str) -> StringCommand:
+        return StringCommand(
+            "if", "test", "-f", QuoteString(script), ";", "then",
+            "python3", QuoteString(script), "list", "--models-dir", QuoteString(models_dir),
+            ";", "fi",
+        )  # fmt: skip
+
+    def process(self, output: list[str]) -> list[dict[str, Any]]:
+        text = "\n".join(output).strip()
+        if not text:
+            return []
+        return json.loads(text.splitlines()[-1])

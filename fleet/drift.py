@@ -355,6 +355,18 @@ def _retired_rows(host: str, plan: dict[str, Any], facts: dict[str, Any]) -> Ite
                       "still installed: the next deploy stops and removes it", DRIFT)  # fmt: skip
 
 
+def _undeclared_model_rows(host: str, plan: dict[str, Any],
+                           facts: dict[str, Any]) -> Iterator[Row]:
+    """A row for each model on the host that no server of the fleet file uses any more."""
+    from fleet.models import undeclared
+    from fleet.plan import gib
+
+    for model in undeclared(facts.get("installed_models", []), plan):
+        yield Row(host, f"model {model['name']}", "not declared (no server uses it)",
+                  f"installed, {gib(model['bytes'])} on disk: `fleet models prune` "
+                  "removes it", DRIFT)  # fmt: skip
+
+
 def upstream_release(version: str) -> str:
     """A Python package version without its local part: ``0.32.0+cpu`` → ``0.32.0``.
 
@@ -379,6 +391,7 @@ def compare(plan: dict[str, Any], facts: dict[str, Any]) -> list[Row]:
     if stack["serves"]:
         rows += _vllm_rows(host, plan, facts)
     rows += _retired_rows(host, plan, facts)
+    rows += _undeclared_model_rows(host, plan, facts)
     return rows
 
 
@@ -394,6 +407,7 @@ def gather(pyinfra_host: Any, plan: dict[str, Any]) -> dict[str, Any]:
 
     from facts.gpus import NvidiaSmiGpus, PciGpus
     from facts.host import CpuGovernor, FileDigests, FleetServerUnits, UnitStates
+    from facts.models import InstalledModels
     from facts.nvidia import (
         CudaToolkits,
         DebPackageStates,
@@ -403,6 +417,7 @@ def gather(pyinfra_host: Any, plan: dict[str, Any]) -> dict[str, Any]:
     )
     from facts.sysctl import SysctlWritable
     from facts.vllm import ModelManifest, VenvPackages
+    from fleet.models import INSTALLER
 
     get = pyinfra_host.get_fact
     stack = plan["stack"]
@@ -412,6 +427,7 @@ def gather(pyinfra_host: Any, plan: dict[str, Any]) -> dict[str, Any]:
         "units": get(UnitStates, units=watched_units(plan)),
         "held": get(HeldPackages),
         "fleet_units": get(FleetServerUnits),
+        "installed_models": get(InstalledModels, script=INSTALLER, models_dir=plan["models_dir"]),
         "governor": get(CpuGovernor),
         "sysctl": get(Sysctl, keys=keys) if keys else {},
         "sysctl_writable": get(SysctlWritable, keys=keys) if keys else {},

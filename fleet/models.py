@@ -11,7 +11,11 @@ installer that the deploy put there (``fetch_model.py``):
   given) version, then restart the servers that use it and check they answer. The fleet file
   still names the newer version: the next deploy switches forward again, unless the fleet file
   is changed back too (which is the declarative rollback: the old version is still on disk,
-  so that deploy only switches and restarts, without downloading).
+  so that deploy only switches and restarts, without downloading);
+- ``fleet models prune [HOST] [--yes]``: the models on the hosts that the fleet file no longer
+  uses, with their size; ``--yes`` removes them. The deploy never deletes model data by
+  itself (a model taken out by mistake would cost its whole download again), and the host's
+  installer refuses to remove a model that a vLLM unit still names.
 
 Example:
     >>> from fleet.spec import Model
@@ -113,8 +117,19 @@ def _targets(hosts: list[tuple[str, dict]], host: str | None, model: str | None)
                 yield name, data, entry
 
 
+def undeclared(installed: list[dict[str, Any]], plan: dict[str, Any]) -> list[dict[str, Any]]:
+    """The installed models (installer ``list``) that a host's plan does not use.
+
+    Example:
+        >>> undeclared([{"name": "tiny"}, {"name": "old"}], {"models": [{"name": "tiny"}]})
+        [{'name': 'old'}]
+    """
+    declared = {model["name"] for model in plan["models"]}
+    return [model for model in installed if model["name"] not in declared]
+
+
 def cmd_models(args: argparse.Namespace) -> int:
-    """``fleet models check|versions|rollback``."""
+    """``fleet models check|versions|rollback|prune``."""
     from rich.console import Console
     from rich.table import Table
 
@@ -126,6 +141,8 @@ def cmd_models(args: argparse.Namespace) -> int:
     hosts = _connect(args.fleet)
     if hosts is None:
         return 1
+    if args.action == "prune":
+        return _prune(hosts, args.host, args.yes, out, err, remote, Table)
     targets = list(_targets(hosts, args.host, args.model))
     if not targets:
         err.print(f"no model {args.model or ''} on host {args.host or '(any)'} in {args.fleet}")
@@ -231,17 +248,60 @@ def _rollback(name, data, entry, to, out, err, remote) -> int:
     return 0
 
 
+def _prune(hosts, only: str | None, yes: bool, out, err, remote, table_class) -> int:
+    from fleet.plan import gib
+
+    table = table_class("host", "model", "live version", "versions", "size", "action")
+    status = 0
+    found = 0
+    for name, data in hosts:
+        if only not in (None, name):
+            continue
+        listing = remote.run(data, shlex.join(
+            ["python3", INSTALLER, "list", "--models-dir", MODELS_DIR]))
+        try:
+            models = undeclared(json.loads(listing.stdout), data["fleet"])
+        except ValueError:
+            err.print(f"{name}: cannot list models: "
+                      f"{(listing.stderr.strip() or 'no answer')[-300:]}", markup=False)
+            status = 1
+            continue
+        for model in models:
+            found += 1
+            action = "kept (dry run)"
+            if yes:
+                result = remote.run(data, installer_command("remove", model["name"]))
+                if result.returncode == 0:
+                    action = "removed"
+                else:
+                    action = "[red]refused[/]"
+                    err.print(f"{name}: {result.stderr.strip()}", markup=False, soft_wrap=True)
+                    status = 1
+            table.add_row(name, model["name"], model.get("live") or "—",
+                          str(model["versions"]), gib(model["bytes"]), action)
+    if found:
+        out.print(table)
+        if not yes:
+            out.print("not in the fleet file: run again with --yes to remove them")
+    elif status == 0:
+        out.print("every installed model is in the fleet file: nothing to prune")
+    return status
+
+
 def add_parser(sub: Any, default: str) -> None:
     """Add ``fleet models`` to the ``fleet`` command's subparsers."""
     models = sub.add_parser(
-        "models", help="check installed models (quick or --deep), list versions, roll back"
+        "models",
+        help="check installed models (quick or --deep), list versions, roll back, prune",
     )
-    models.add_argument("action", choices=["check", "versions", "rollback"])
+    models.add_argument("action", choices=["check", "versions", "rollback", "prune"])
     models.add_argument("host", nargs="?", help="inventory host name (default: all, for check)")
     models.add_argument("model", nargs="?", help="model name (default: all, for check)")
     models.add_argument("--fleet", default=default, help="fleet file")
     models.add_argument("--deep", action="store_true", help="re-hash every file (check)")
     models.add_argument("--to", help="version id prefix to roll back to")
+    models.add_argument("--yes", action="store_true",
+                        help="prune: remove the models (default: only list them)")
     models.set_defaults(func=cmd_models)
 
 

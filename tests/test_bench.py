@@ -12,6 +12,7 @@ import asyncio
 import csv
 import json
 import os
+import statistics
 import sys
 from pathlib import Path
 
@@ -104,6 +105,19 @@ def test_role_only_and_empty_chunks_do_not_count(server) -> None:
     assert result.ttft == pytest.approx(TTFT, abs=TOLERANCE)
     assert len(result.itl) == CHUNKS - 1
     assert min(result.itl) > ITL / 2
+
+
+@pytest.mark.parametrize("api", ["completions", "chat"])
+def test_empty_chunks_count_only_when_they_carry_a_token(server, api: str) -> None:
+    """vLLM streams a chunk with an empty text for a token that is part of a character not
+    complete yet: it is a token (TTFT and ITL see it); a chunk with no choice or an empty
+    delta is not."""
+    result = one(server.url, f"{SCRIPT},blank_tokens=1,empty_chunks=1", api=api)
+    assert result.ok, result.detail
+    assert result.chunks == CHUNKS
+    assert result.ttft == pytest.approx(TTFT, abs=TOLERANCE)
+    assert len(result.itl) == CHUNKS - 1
+    assert statistics.mean(result.itl) == pytest.approx(ITL, abs=GAP_TOLERANCE)
 
 
 def test_chat_request_is_timed_like_completions(server) -> None:

@@ -108,7 +108,10 @@ def test_output_lengths_are_exact_and_from_usage(ladder) -> None:
 def test_timings_are_plausible(ladder) -> None:
     _, report = ladder
     for step in report["steps"]:
-        assert 0 < step["ttft_ms"]["p50"] < step["e2e_ms"]["p50"]
+        # On 2 busy cores the CPU vLLM sometimes sends a whole short answer in one burst
+        # (TTFT == E2E for that request); never all six of a step.
+        assert 0 < step["ttft_ms"]["p50"] <= step["e2e_ms"]["p50"]
+        assert step["ttft_ms"]["mean"] < step["e2e_ms"]["mean"]
         assert 0 < step["tpot_ms"]["mean"] < step["e2e_ms"]["mean"] / 2
         assert step["goodput"]["good"] == 6
 

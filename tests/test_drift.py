@@ -178,6 +178,9 @@ def _edit(key: str) -> Callable[[dict], None]:
         (_set("smi", {"gpus": [], "error": "NVIDIA-SMI has failed"}), ["gpus", "persistence"]),
         (_set("fleet_units", ["vllm-chat.service", "vllm-old.service"]),
          ["unit vllm-old.service"]),
+        (_set("installed_models", [{"name": "chat-model", "live": "x", "versions": 1,
+                                    "bytes": 9}, {"name": "old", "live": "y", "versions": 2,
+                                                  "bytes": 3 * 2**30}]), ["model old"]),
     ],
 )  # fmt: skip
 def test_one_broken_thing_is_named(plan, change, items: list[str]) -> None:

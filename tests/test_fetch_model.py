@@ -666,3 +666,69 @@ def test_hf_corrupt_file_is_refused(installed, mirror: HfMirror, models: Path,
     resumable = f"{NAME}-{COMMIT[:16]}.hf"
     assert_untouched(models, installed["link"], installed["config"], resumable)
     assert not (models / ".staging" / resumable / path).exists()
+
+
+# --------------------------------------------------------------------------- list, remove
+
+
+def install_named(www: Path, server: FaultServer, models: Path, name: str, tag: str) -> str:
+    digest = make_tar(www / f"{name}-{tag}.tar.gz", model_members(tag))
+    code, _, err = run(
+        "install", "--name", name, "--models-dir", str(models),
+        "--url", server.url(f"{name}-{tag}.tar.gz"), "--sha256", digest,
+        "--retry-wait", "0.2", "--progress-every", "0",
+    )  # fmt: skip
+    assert code == 0, err
+    return digest
+
+
+def test_list_names_every_model_with_its_versions_and_size(www: Path, server: FaultServer,
+                                                           models: Path) -> None:
+    install_named(www, server, models, "llama", "a")
+    install_named(www, server, models, "llama", "b")
+    live = install_named(www, server, models, "llama-70b", "c")
+    code, out, _ = run("list", "--models-dir", str(models))
+    assert code == 0
+    listed = {m["name"]: m for m in json.loads(out)}
+    assert sorted(listed) == ["llama", "llama-70b"]  # a shared prefix never mixes them
+    assert listed["llama"]["versions"] == 2
+    assert listed["llama-70b"]["live"] == f"llama-70b-{live[:16]}"
+    assert listed["llama-70b"]["bytes"] > 300_000
+
+
+def test_list_of_an_empty_or_missing_folder(tmp_path: Path) -> None:
+    assert json.loads(run("list", "--models-dir", str(tmp_path / "none"))[1]) == []
+
+
+def test_remove_deletes_one_model_and_leaves_its_neighbour(www: Path, server: FaultServer,
+                                                         models: Path, tmp_path: Path) -> None:
+    install_named(www, server, models, "llama", "a")
+    install_named(www, server, models, "llama", "b")
+    keep = install_named(www, server, models, "llama-70b", "c")
+    (models / ".staging" / f"llama-{'0' * 16}.partial").write_bytes(b"half")
+    units = tmp_path / "units"
+    units.mkdir()
+    code, out, err = run("remove", "--name", "llama", "--models-dir", str(models),
+                         "--units-dir", str(units))
+    assert code == 0, err
+    assert "llama: removed 2 versions" in out
+    assert not (models / "llama").is_symlink()
+    assert [m["name"] for m in json.loads(run("list", "--models-dir", str(models))[1])] == [
+        "llama-70b"
+    ]
+    assert os.readlink(models / "llama-70b") == f".versions/llama-70b-{keep[:16]}"
+    assert not list((models / ".staging").glob("llama-0*"))
+
+
+def test_remove_is_refused_while_a_unit_uses_the_model(www: Path, server: FaultServer,
+                                                       models: Path, tmp_path: Path) -> None:
+    install_named(www, server, models, "llama", "a")
+    units = tmp_path / "units"
+    units.mkdir()
+    (units / "vllm-chat.service").write_text(f"ExecStart=/v/python -m x --model {models}/llama\n")
+    (units / "vllm-big.service").write_text(f"ExecStart=/v/python --model {models}/llama-70b\n")
+    code, _, err = run("remove", "--name", "llama", "--models-dir", str(models),
+                       "--units-dir", str(units))
+    assert code == 1
+    assert "still used by vllm-chat.service:" in err and "vllm-big" not in err
+    assert (models / "llama").is_symlink()

@@ -396,3 +396,56 @@ def test_check_after_rollback_names_the_fleet_files_version(rolled_back, resumed
     result = fleet_cli(resumed["fleet"], "models", "check", HOST, "tiny-b")
     assert result.returncode == 2
     assert f"the fleet file names {shas['v2'][:16]}" in result.stdout
+
+
+# Last in the module: it takes server beta and its model out of the fleet file.
+
+
+def alpha_only(path: Path) -> Path:
+    """The module's fleet file without server beta and model tiny-b."""
+    text = write_fleet(path).read_text()
+    lines = text.splitlines(keepends=True)
+    beta = next(i for i, line in enumerate(lines) if line.strip() == "beta:")
+    kept = [line for line in lines[:beta] if not line.lstrip().startswith("tiny-b:")]
+    path.write_text("".join(kept))
+    return path
+
+
+def test_taking_a_server_and_its_model_out_of_the_fleet(converged, tmp_path: Path) -> None:
+    """The deploy stops and removes server beta; its model stays on disk (never deleted by a
+    deploy) until `fleet models prune --yes`; drift names both leftovers on the way."""
+    fleet = alpha_only(tmp_path / "alpha-only.yaml")
+    alpha_started = started("vllm-alpha.service")
+    drift = run([str(Path(sys.executable).parent / "fleet"), "drift", str(fleet), "--json"], fleet)
+    rows = [r for r in json.loads(drift.stdout)["rows"] if r["status"] == "drift"]
+    assert {"unit vllm-beta.service", "model tiny-b"} <= {r["item"] for r in rows}, drift.stdout
+
+    result = deploy(fleet)
+    assert result.returncode == 0, output(result)[-4000:]
+    assert "server 'beta' is no longer in the fleet file" in output(result)
+    assert on_host("systemctl cat vllm-beta.service").returncode != 0
+    assert on_host("test -e /etc/vllm-fleet/beta.env").returncode != 0
+    assert not answers(BETA_PORT)
+    assert answers(ALPHA_PORT)
+    assert started("vllm-alpha.service") == alpha_started, "alpha was restarted"
+    assert link("tiny-b"), "a deploy must not delete model data"
+
+    listed = fleet_cli(fleet, "models", "prune")
+    assert listed.returncode == 0, output(listed)
+    assert "tiny-b" in listed.stdout and "kept (dry run)" in listed.stdout
+    assert "tiny-a" not in listed.stdout
+    assert link("tiny-b")
+
+    pruned = fleet_cli(fleet, "models", "prune", "--yes")
+    assert pruned.returncode == 0, output(pruned)
+    assert "removed" in pruned.stdout
+    assert not link("tiny-b")
+    assert on_host(f"ls {MODELS}/.versions | grep -c '^tiny-b-'").stdout.strip() == "0"
+    assert link("tiny-a") and answers(ALPHA_PORT)
+
+    again = fleet_cli(fleet, "models", "prune")
+    assert "nothing to prune" in again.stdout
+    clean = run([str(Path(sys.executable).parent / "fleet"), "drift", str(fleet), "--json"], fleet)
+    leftovers = [r["item"] for r in json.loads(clean.stdout)["rows"]
+                 if r["item"] in ("unit vllm-beta.service", "model tiny-b")]
+    assert leftovers == []

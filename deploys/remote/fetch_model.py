@@ -74,6 +74,8 @@ COMPRESSED_MAGIC = (b"\x1f\x8b", b"BZh", b"\xfd7zXZ", ZSTD_MAGIC)
 #: HTTP statuses that no retry will fix.
 PERMANENT = {400, 401, 403, 404, 405, 410, 451}
 EXIT_DRIFT = 3
+#: What a model name may be (the fleet file allows no more).
+NAME_PATTERN = r"[a-z0-9][a-z0-9._-]{0,62}"
 #: Flush files to disk before the live link switches (``--no-fsync`` turns it off).
 DURABLE = True
 
@@ -1522,6 +1524,89 @@ def install_hf(
         shutil.rmtree(work, ignore_errors=True)
 
 
+# --------------------------------------------------------------------------- list, remove
+
+
+def _tree_bytes(path: Path) -> int:
+    """Bytes of the regular files under ``path`` (links not followed)."""
+    total = 0
+    for dirpath, _dirnames, filenames in os.walk(path):
+        for name in filenames:
+            with contextlib.suppress(OSError):
+                st = os.lstat(os.path.join(dirpath, name))
+                if stat.S_ISREG(st.st_mode):
+                    total += st.st_size
+    return total
+
+
+def installed(models_dir: Path) -> list[dict[str, Any]]:
+    """Every model with a version under ``models_dir``: name, live version, versions, bytes.
+
+    A model is named by its versions' manifests, so names that share a prefix
+    (``llama``, ``llama-70b``) never mix.
+    """
+    versions_dir = models_dir / ".versions"
+    by_name: dict[str, list[Path]] = {}
+    if versions_dir.is_dir():
+        for path in sorted(versions_dir.iterdir()):
+            if path.is_symlink() or not path.is_dir():
+                continue
+            name = (read_manifest(path) or {}).get("name")
+            if isinstance(name, str) and re.fullmatch(NAME_PATTERN, name):
+                by_name.setdefault(name, []).append(path)
+    result = []
+    for name, paths in sorted(by_name.items()):
+        current = Layout(models_dir, name).current()
+        result.append({
+            "name": name,
+            "live": current.name if current is not None else None,
+            "versions": len(paths),
+            "bytes": sum(_tree_bytes(p) for p in paths),
+        })
+    return result
+
+
+def users_of(layout: Layout, units_dir: Path) -> list[str]:
+    """The vLLM units under ``units_dir`` whose text names this model's live path."""
+    needle = str(layout.live)
+    users = []
+    for unit in sorted(units_dir.glob("vllm-*.service")):
+        with contextlib.suppress(OSError):
+            text = unit.read_text(errors="replace")
+            if re.search(re.escape(needle) + r"(?![A-Za-z0-9._-])", text):
+                users.append(unit.name)
+    return users
+
+
+def remove(layout: Layout, units_dir: Path) -> str:
+    """Remove a model: its live link, every version and any unfinished download of it.
+
+    Refused while a vLLM unit still names it: remove or change that server first.
+    """
+    users = users_of(layout, units_dir)
+    if users:
+        raise FetchError(f"still used by {', '.join(users)}: take the server out of the fleet "
+                         "file and deploy (which removes its unit) before removing the model")
+    paths = [p for p, _ in layout.all_versions()]
+    total = sum(_tree_bytes(p) for p in paths)
+    if layout.live.is_symlink():
+        layout.live.unlink()
+    for path in paths:
+        shutil.rmtree(path)
+    staged = re.compile(re.escape(layout.name) + r"-[0-9a-f]{16}\..*")
+    if layout.staging.is_dir():
+        for entry in layout.staging.iterdir():
+            if staged.fullmatch(entry.name) or entry.name == f"{layout.name}.lock":
+                if entry.is_dir() and not entry.is_symlink():
+                    shutil.rmtree(entry, ignore_errors=True)
+                else:
+                    entry.unlink(missing_ok=True)
+    if not paths:
+        return f"{layout.name}: not installed; nothing to remove"
+    return (f"{layout.name}: removed {len(paths)} version{'s' if len(paths) != 1 else ''} "
+            f"({human_bytes(total)})")
+
+
 # --------------------------------------------------------------------------- CLI
 
 
@@ -1530,10 +1615,15 @@ def _parser() -> argparse.ArgumentParser:
         description="Install, check and roll back models on this host (vllm-fleet)."
     )
     sub = parser.add_subparsers(dest="command", required=True)
-    for command in ("install", "check", "rollback", "versions"):
+    listing = sub.add_parser("list", help="every installed model, as JSON")
+    listing.add_argument("--models-dir", type=Path, required=True)
+    for command in ("install", "check", "rollback", "versions", "remove"):
         sp = sub.add_parser(command)
         sp.add_argument("--name", required=True)
         sp.add_argument("--models-dir", type=Path, required=True)
+        if command == "remove":
+            sp.add_argument("--units-dir", type=Path, default=Path("/etc/systemd/system"),
+                            help="where the vLLM units that may still use it live")
         if command == "install":
             source = sp.add_mutually_exclusive_group(required=True)
             source.add_argument("--url")
@@ -1598,7 +1688,10 @@ def main(argv: list[str] | None = None) -> int:
     """Command-line entry: 0 done, 1 failed (message on stderr), 3 drift found by check."""
     args = _parser().parse_args(argv)
     os.umask(0o022)
-    if not re.fullmatch(r"[a-z0-9][a-z0-9._-]{0,62}", args.name):
+    if args.command == "list":
+        print(json.dumps(installed(args.models_dir)))
+        return 0
+    if not re.fullmatch(NAME_PATTERN, args.name):
         print(f"invalid model name {args.name!r}", file=sys.stderr)
         return 2
     layout = Layout(args.models_dir, args.name)
@@ -1625,6 +1718,8 @@ def main(argv: list[str] | None = None) -> int:
         with layout.locked():
             if args.command == "rollback":
                 say(rollback(layout, args.to))
+            elif args.command == "remove":
+                say(remove(layout, args.units_dir))
             else:
                 say(_install(args, layout))
     except FetchError as err:

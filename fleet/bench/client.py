@@ -3,10 +3,13 @@
 Definitions (all times from :func:`time.perf_counter`, taken when the bytes arrive):
 
 - **start**: just before the request is sent (connection setup included, as a user sees it);
-- **TTFT**: start → the first SSE chunk that *carries a token*: a completions chunk whose
-  ``choices[].text`` is not empty, a chat chunk whose ``delta`` has non-empty ``content``,
-  ``reasoning_content``/``reasoning`` or ``tool_calls``. A role-only first chunk, empty
-  content and the final usage chunk carry no token and do not count;
+- **TTFT**: start → the first SSE chunk that *carries a token*: a completions chunk with a
+  ``choices[].text``, a chat chunk whose ``delta`` has ``content``, ``reasoning_content``/
+  ``reasoning`` or ``tool_calls``. An *empty* text or content counts too while the choice is
+  not finished and (chat) names no role: vLLM streams a chunk for every step that produced
+  tokens, with an empty text when the token is part of a character not complete yet (CJK,
+  emoji, byte-fallback tokens). A role-only first chunk, an empty delta, a finish-only last
+  chunk and the usage chunk carry no token and do not count;
 - **ITL**: the gaps between consecutive token-bearing chunks;
 - **E2E**: start → the last token-bearing chunk (the answer is complete then);
 - **output tokens**: ``usage.completion_tokens`` of the server's usage report
@@ -21,6 +24,8 @@ Example:
     >>> chunk_has_token({"choices": [{"delta": {"role": "assistant", "content": ""}}]})
     False
     >>> chunk_has_token({"choices": [{"text": " Paris"}]})
+    True
+    >>> chunk_has_token({"choices": [{"text": "", "finish_reason": None}]})  # part of a character
     True
     >>> r = RequestResult(ok=True, ttft=0.1, e2e=0.5, output_tokens=5)
     >>> round(r.tpot, 3)
@@ -148,9 +153,14 @@ def chunk_has_token(data: dict[str, Any]) -> bool:
         False
         >>> chunk_has_token({"choices": [{"delta": {"reasoning_content": "hm"}}]})
         True
+        >>> chunk_has_token({"choices": [{"delta": {}, "finish_reason": "stop"}]})
+        False
+        >>> chunk_has_token({"choices": [{"text": "", "finish_reason": "length"}]})
+        False
     """
     for choice in data.get("choices") or ():
-        if choice.get("text"):
+        text = choice.get("text")
+        if text:
             return True
         delta = choice.get("delta")
         if delta and (
@@ -160,6 +170,10 @@ def chunk_has_token(data: dict[str, Any]) -> bool:
             or delta.get("tool_calls")
         ):
             return True
+        if choice.get("finish_reason") is not None:
+            continue  # an empty finish-only chunk: the last token came before it
+        if text == "" or (delta and "role" not in delta and delta.get("content") == ""):
+            return True  # a token whose text is not complete yet
     return False
 
 

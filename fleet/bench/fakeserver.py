@@ -3,7 +3,8 @@
 Each request follows a :class:`Script`, taken from the server's default and overridden by the
 request's ``model`` name (``"ttft=0.2,itl=0.05,chunks=6"``): a delay before the first token,
 a delay between tokens, the number of token-bearing chunks and the tokens in each, a role-only
-first chunk and empty-content chunks (chat) that carry no token, the final usage report, an
+first chunk and empty chunks that carry no token, tokens whose text is empty (part of a
+character, as vLLM streams them), the final usage report, an
 HTTP error status, a hang, a stream error object or a dropped connection. With no ``chunks``
 the request's ``max_tokens`` decides. ``/metrics`` answers in vLLM's metric names (the TTFT
 histogram of what it served, preemptions, KV cache usage); ``/tokenize`` and ``/detokenize``
@@ -11,7 +12,7 @@ use one token per word. Used by tests and by ``benchmarks/bench_client_overhead.
 
 Example:
     >>> Script.parse("ttft=0.2,itl=0.05,chunks=6,usage=0")
-    Script(ttft=0.2, itl=0.05, chunks=6, tokens_per_chunk=1, role_chunk=True, empty_chunks=False, usage=False, status=200, hang=0.0, error_after=None, drop_after=None, batch=False)
+    Script(ttft=0.2, itl=0.05, chunks=6, tokens_per_chunk=1, role_chunk=True, empty_chunks=False, blank_tokens=False, usage=False, status=200, hang=0.0, error_after=None, drop_after=None, batch=False)
 
 Run one from a shell: ``python -m fleet.bench.fakeserver --port 18390 --batch``.
 """  # noqa: E501
@@ -40,7 +41,10 @@ class Script:
     + chunks: token-bearing chunks (None: max_tokens / tokens_per_chunk)
     + tokens_per_chunk: tokens each chunk stands for (the usage report counts them)
     + role_chunk: chat: send a role-only chunk (empty content) at once
-    + empty_chunks: send an empty-content chunk before every token-bearing one
+    + empty_chunks: send a chunk that carries no token (chat: an empty delta; completions: no
+      choices) before every token-bearing one
+    + blank_tokens: the first and every second token-bearing chunk after it have an empty
+      text (a token that is part of a character not complete yet)
     + usage: send the usage report when asked for (stream_options.include_usage)
     + status: HTTP status (not 200: an error body, no stream)
     + hang: seconds to wait before answering at all
@@ -55,6 +59,7 @@ class Script:
     tokens_per_chunk: int = 1
     role_chunk: bool = True
     empty_chunks: bool = False
+    blank_tokens: bool = False
     usage: bool = True
     status: int = 200
     hang: float = 0.0
@@ -93,6 +98,14 @@ def _chunk(chat: bool, text: str | None, role: bool = False) -> bytes:
         choice = {"index": 0, "text": text or "", "finish_reason": None}
         obj = "text_completion"
     body = {"id": "fake", "object": obj, "model": "fake", "choices": [choice]}
+    return b"data: " + json.dumps(body).encode() + b"\n\n"
+
+
+def _no_token_chunk(chat: bool) -> bytes:
+    """A chunk without a token: an empty chat delta, or a completions chunk with no choice."""
+    choices = [{"index": 0, "delta": {}, "finish_reason": None}] if chat else []
+    body = {"id": "fake", "object": "chat.completion.chunk" if chat else "text_completion",
+            "model": "fake", "choices": choices}
     return b"data: " + json.dumps(body).encode() + b"\n\n"
 
 
@@ -227,8 +240,9 @@ class FakeServer:
                         request.transport.close()
                     return response
                 if script.empty_chunks:
-                    await send(_chunk(chat, ""))
-                await send(_chunk(chat, f" w{index}"))
+                    await send(_no_token_chunk(chat))
+                blank = script.blank_tokens and index % 2 == 0
+                await send(_chunk(chat, "" if blank else f" w{index}"))
                 if index == 0:
                     self.ttft_observed.append(time.perf_counter() - start)
             else:
