@@ -128,13 +128,16 @@ class UnitStates(FactBase):
         return result
 
 
-#: The first line of every unit vllm-fleet writes (templates/vllm-server.service.j2).
-FLEET_UNIT_MARKER = "# Managed by vllm-fleet"
+#: The first line of every vLLM server unit vllm-fleet writes, exactly
+#: (templates/vllm-server.service.j2). vllm-fleet's other units (the CPU governor's) begin
+#: with other lines, and a hand-written unit with none of them.
+FLEET_UNIT_MARKER = "# Managed by vllm-fleet — edit the fleet file, not this unit."
 
 
 class FleetServerUnits(FactBase):
     """The vLLM server units in /etc/systemd/system that vllm-fleet wrote (their first line is
-    its marker), sorted; a ``vllm-*.service`` written by hand is not listed.
+    exactly :data:`FLEET_UNIT_MARKER`), sorted; a ``vllm-*.service`` written by hand, and
+    vllm-fleet's own ``vllm-fleet-cpu-governor.service``, are not listed.
 
     .. code:: python
 
@@ -150,7 +153,7 @@ class FleetServerUnits(FactBase):
     def command(self, unit_dir: str = "/etc/systemd/system") -> StringCommand:
         return StringCommand(
             "for f in", f"{unit_dir.rstrip('/')}/vllm-*.service", "; do",
-            "test -f \"$f\" && head -n 1 \"$f\" | grep -q", QuoteString(f"^{FLEET_UNIT_MARKER}"),
+            "test -f \"$f\" && head -n 1 \"$f\" | grep -qxF", QuoteString(FLEET_UNIT_MARKER),
             "&& basename \"$f\"; done; true",
         )  # fmt: skip
 

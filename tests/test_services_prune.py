@@ -13,6 +13,7 @@ from opharness import run_op
 from deploys import ops
 from facts.host import FLEET_UNIT_MARKER, FleetServerUnits
 
+ROOT = Path(__file__).resolve().parent.parent
 ARGS = {
     "unit_dir": "/etc/systemd/system",
     "env_dir": "/etc/vllm-fleet",
@@ -49,7 +50,9 @@ def test_an_undeclared_server_is_stopped_disabled_and_its_files_removed() -> Non
 
 def test_the_fact_lists_only_units_that_carry_the_marker(tmp_path: Path) -> None:
     """The fact's shell command, run for real on a folder of units."""
-    (tmp_path / "vllm-ours.service").write_text(f"{FLEET_UNIT_MARKER} — edit the fleet file\n")
+    (tmp_path / "vllm-ours.service").write_text(f"{FLEET_UNIT_MARKER}\n[Unit]\n")
+    governor = ROOT / "templates" / "cpu-governor.service.j2"  # vllm-fleet's, not a server
+    (tmp_path / "vllm-fleet-cpu-governor.service").write_text(governor.read_text())
     (tmp_path / "vllm-mine.service").write_text("# my own vLLM, by hand\n[Service]\n")
     (tmp_path / "vllm-late.service").write_text(f"[Unit]\n{FLEET_UNIT_MARKER}\n")  # not line 1
     (tmp_path / "other.service").write_text(f"{FLEET_UNIT_MARKER}\n")
@@ -73,6 +76,6 @@ def test_the_rendered_unit_starts_with_the_marker() -> None:
     from fleet.load import load_fleet
     from fleet.render import host_plan
 
-    fleet = load_fleet(Path(__file__).resolve().parent.parent / "inventory" / "sandbox.yaml")
+    fleet = load_fleet(ROOT / "inventory" / "sandbox.yaml")
     plan = host_plan(fleet, next(iter(fleet.hosts)))
-    assert plan["servers"][0]["unit_text"].startswith(FLEET_UNIT_MARKER)
+    assert plan["servers"][0]["unit_text"].splitlines()[0] == FLEET_UNIT_MARKER
