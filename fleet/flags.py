@@ -339,7 +339,9 @@ def _findings(
         if dest in dests:
             yield (where, f"{key} sets the same vLLM option as {dests[dest]}", "keep one"), True
         dests.setdefault(dest, key)
-        for message, hint, certain in _value_problems(flag, key, value):
+        off = next((n for n, f in flags.flags.items() if f.negates == key and not f.deprecated),
+                   None)
+        for message, hint, certain in _value_problems(flag, key, value, off):
             if not (certain or exact):
                 hint = f"{hint}; " if hint else ""
                 hint += f"by the {flags.version} list: the host's vLLM {version} decides"
@@ -395,10 +397,11 @@ def _choice_list(choices: tuple[str, ...]) -> str:
 
 
 def _value_problems(
-    flag: Flag, key: str, value: ArgValue
+    flag: Flag, key: str, value: ArgValue, off: str | None = None
 ) -> Iterator[tuple[str, str | None, bool]]:
     """What is wrong with giving ``value`` to ``flag``: message, hint, and whether it holds in
-    every release (a missing choice may be a new one)."""
+    every release (a missing choice may be a new one). ``off`` is the flag that turns a switch
+    off in this release (``no-enable-x`` up to 0.32, ``disable-x`` from 0.33)."""
     if value is True:
         if flag.takes_value and flag.nargs not in ("?", "*"):
             yield f"{key} takes a value; true would leave it without one", _example(flag), True
@@ -406,8 +409,8 @@ def _value_problems(
     if not flag.takes_value:
         if flag.negates:
             hint = f"write {key}: true to turn {flag.negates} off, or leave it out"
-        elif flag.action == "BooleanOptionalAction":
-            hint = f"write {key}: true to turn it on, or no-{key}: true to turn it off"
+        elif off is not None:
+            hint = f"write {key}: true to turn it on, or {off}: true to turn it off"
         else:
             hint = f"write {key}: true to turn it on, or leave it out"
         yield f"{key} is a switch and takes no value (got {_show(value)})", hint, True

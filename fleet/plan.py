@@ -261,8 +261,11 @@ def chunked_prefill(server: Server) -> bool:
     Example:
         >>> chunked_prefill(Server(model="m", port=1, args={"no-enable-chunked-prefill": True}))
         False
+        >>> chunked_prefill(Server(model="m", port=1, args={"disable-chunked-prefill": True}))
+        False
     """
-    if server.args.get("no-enable-chunked-prefill") is True:
+    if True in (server.args.get("no-enable-chunked-prefill"),
+                server.args.get("disable-chunked-prefill")):  # up to 0.32 / from 0.33
         return False
     return server.args.get("enable-chunked-prefill", True) is not False
 

@@ -541,6 +541,21 @@ RESERVED_ARGS = {
 }
 
 
+def _off_flags(key: str) -> str:
+    """The flag(s) that turn a vLLM switch off, by release.
+
+    Example:
+        >>> _off_flags("enable-prefix-caching")
+        'disable-prefix-caching (vLLM 0.33 and later) or no-enable-prefix-caching (before)'
+        >>> _off_flags("enforce-eager")
+        'no-enforce-eager'
+    """
+    if key.startswith("enable-"):
+        return (f"disable-{key.removeprefix('enable-')} (vLLM 0.33 and later) "
+                f"or no-{key} (before)")
+    return f"no-{key}"
+
+
 class Server(Strict):
     """One vLLM server: one systemd unit."""
 
@@ -577,7 +592,8 @@ class Server(Strict):
             if key in RESERVED_ARGS:
                 raise ValueError(f"{key!r} is set by {RESERVED_ARGS[key]}, not by args")
             if arg is False:
-                raise ValueError(f"{key}: false — leave the flag out instead")
+                raise ValueError(f"{key}: false — leave the flag out for vLLM's default; to "
+                                 f"turn it off, write {_off_flags(key)}: true")
             for item in arg if isinstance(arg, list) else [arg]:
                 if isinstance(item, str) and _LINE_BREAK.search(item):
                     raise ValueError(f"{key}: a flag value must fit on one line of the unit")

