@@ -110,8 +110,9 @@ curl -fsS http://127.0.0.1:{SHELL_PORT}/v1/completions -H 'Content-Type: applica
 """
 
 
-def timed(argv: list[str], env: dict[str, str] | None = None) -> float:
-    """Run a command to completion; its wall time in seconds (a failure stops the benchmark)."""
+def timed(argv: list[str], env: dict[str, str] | None = None) -> tuple[float, str]:
+    """Run a command to completion; its wall time in seconds and its output (a failure stops
+    the benchmark)."""
     started = time.perf_counter()
     result = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True,
                             timeout=1800, check=False)
@@ -119,7 +120,7 @@ def timed(argv: list[str], env: dict[str, str] | None = None) -> float:
     if result.returncode != 0:
         raise RuntimeError(f"{' '.join(argv[:3])} … failed ({result.returncode}):\n"
                            f"{(result.stdout + result.stderr)[-3000:]}")
-    return took
+    return took, result.stdout + result.stderr
 
 
 def main_pid(host: str, unit: str) -> str:
@@ -157,23 +158,20 @@ def main() -> int:
                       "deploy.py"]
             shell = sandbox.ssh_argv(SHELL_HOST, f"bash -c {shlex.quote(SHELL_DEPLOY)}")
 
-            fleet_cold = timed(deploy, env)
+            fleet_cold, _ = timed(deploy, env)
             print(f"vllm-fleet cold deploy: {fleet_cold:.1f} s", flush=True)
-            shell_cold = timed(shell)
+            shell_cold, _ = timed(shell)
             print(f"shell script cold:      {shell_cold:.1f} s", flush=True)
 
             fleet_pid = main_pid(FLEET_HOST, "vllm-tiny.service")
-            started = time.perf_counter()
-            rerun = subprocess.run(deploy, cwd=ROOT, env=env, capture_output=True, text=True,
-                                   timeout=1800, check=True)
-            fleet_again = time.perf_counter() - started
+            fleet_again, rerun = timed(deploy, env)
             fleet_restarted = main_pid(FLEET_HOST, "vllm-tiny.service") != fleet_pid
             print(f"vllm-fleet second run:  {fleet_again:.1f} s, "
-                  f"{changes(rerun.stdout + rerun.stderr)} operations changed, server "
+                  f"{changes(rerun)} operations changed, server "
                   f"{'RESTARTED' if fleet_restarted else 'kept running'}", flush=True)
 
             shell_pid = main_pid(SHELL_HOST, "llm.service")
-            shell_again = timed(shell)
+            shell_again, _ = timed(shell)
             shell_restarted = main_pid(SHELL_HOST, "llm.service") != shell_pid
             print(f"shell script again:     {shell_again:.1f} s, model downloaded and "
                   f"unpacked again, server {'RESTARTED' if shell_restarted else 'kept running'}",

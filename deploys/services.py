@@ -24,8 +24,6 @@ from deploys.plan import current_plan, upload_script
 
 #: Saved copies of the last working unit and environment of each server.
 PREVIOUS_DIR = "/var/lib/vllm-fleet/previous"
-#: Where the server units live.
-UNIT_DIR = "/etc/systemd/system"
 
 
 @deploy("Servers no longer in the fleet file")
@@ -38,7 +36,7 @@ def retired_servers() -> None:
     ops.undeclared_servers_removed(
         name="Remove servers that are no longer in the fleet file",
         keep=[entry["unit"] for entry in plan["servers"]],
-        unit_dir=UNIT_DIR,
+        unit_dir=plan["unit_dir"],
         env_dir=plan["env_dir"],
         previous_dir=PREVIOUS_DIR,
     )

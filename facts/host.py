@@ -150,7 +150,7 @@ class FleetServerUnits(FactBase):
 
     default = list
 
-    def command(self, unit_dir: str = "/etc/systemd/system") -> StringCommand:
+    def command(self, unit_dir: str) -> StringCommand:
         return StringCommand(
             "for f in", f"{unit_dir.rstrip('/')}/vllm-*.service", "; do",
             "test -f \"$f\" && head -n 1 \"$f\" | grep -qxF", QuoteString(FLEET_UNIT_MARKER),

@@ -426,7 +426,7 @@ def gather(pyinfra_host: Any, plan: dict[str, Any]) -> dict[str, Any]:
         "digests": get(FileDigests, paths=watched_files(plan)),
         "units": get(UnitStates, units=watched_units(plan)),
         "held": get(HeldPackages),
-        "fleet_units": get(FleetServerUnits),
+        "fleet_units": get(FleetServerUnits, unit_dir=plan["unit_dir"]),
         "installed_models": get(InstalledModels, script=INSTALLER, models_dir=plan["models_dir"]),
         "governor": get(CpuGovernor),
         "sysctl": get(Sysctl, keys=keys) if keys else {},

@@ -198,6 +198,19 @@ class FlagList:
     version: str
     flags: dict[str, Flag]
 
+    def off_switch(self, name: str) -> str | None:
+        """The flag that turns switch ``name`` off (not a hidden, deprecated form), if any.
+
+        Example:
+            >>> load_flag_list("0.32.0").off_switch("enable-prefix-caching")
+            'no-enable-prefix-caching'
+            >>> load_flag_list("0.33.0").off_switch("enable-prefix-caching")
+            'disable-prefix-caching'
+        """
+        return next(
+            (n for n, f in self.flags.items() if f.negates == name and not f.deprecated), None
+        )
+
     def by_short(self, word: str) -> Flag | None:
         """The flag whose short form (``tp`` for ``-tp``) is ``word``."""
         return next((f for f in self.flags.values() if word in f.short and not f.alias_of), None)
@@ -339,9 +352,7 @@ def _findings(
         if dest in dests:
             yield (where, f"{key} sets the same vLLM option as {dests[dest]}", "keep one"), True
         dests.setdefault(dest, key)
-        off = next((n for n, f in flags.flags.items() if f.negates == key and not f.deprecated),
-                   None)
-        for message, hint, certain in _value_problems(flag, key, value, off):
+        for message, hint, certain in _value_problems(flag, key, value, flags):
             if not (certain or exact):
                 hint = f"{hint}; " if hint else ""
                 hint += f"by the {flags.version} list: the host's vLLM {version} decides"
@@ -397,11 +408,10 @@ def _choice_list(choices: tuple[str, ...]) -> str:
 
 
 def _value_problems(
-    flag: Flag, key: str, value: ArgValue, off: str | None = None
+    flag: Flag, key: str, value: ArgValue, flags: FlagList
 ) -> Iterator[tuple[str, str | None, bool]]:
-    """What is wrong with giving ``value`` to ``flag``: message, hint, and whether it holds in
-    every release (a missing choice may be a new one). ``off`` is the flag that turns a switch
-    off in this release (``no-enable-x`` up to 0.32, ``disable-x`` from 0.33)."""
+    """What is wrong with giving ``value`` to ``flag`` (of ``flags``): message, hint, and whether
+    it holds in every release (a missing choice may be a new one)."""
     if value is True:
         if flag.takes_value and flag.nargs not in ("?", "*"):
             yield f"{key} takes a value; true would leave it without one", _example(flag), True
@@ -409,7 +419,7 @@ def _value_problems(
     if not flag.takes_value:
         if flag.negates:
             hint = f"write {key}: true to turn {flag.negates} off, or leave it out"
-        elif off is not None:
+        elif (off := flags.off_switch(key)) is not None:
             hint = f"write {key}: true to turn it on, or {off}: true to turn it off"
         else:
             hint = f"write {key}: true to turn it on, or leave it out"

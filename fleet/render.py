@@ -21,7 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from fleet.models import model_plan
+from fleet.models import REMOTE_DIR, model_plan
 from fleet.spec import (
     MODELS_DIR,
     SERVICE_USER,
@@ -36,7 +36,6 @@ from fleet.spec import (
 from fleet.stack import stack_plan
 from fleet.templating import template
 
-REMOTE_DIR = "/usr/local/lib/vllm-fleet"
 WAIT_SCRIPT = f"{REMOTE_DIR}/wait_healthy.py"
 ENV_DIR = "/etc/vllm-fleet"
 UNIT_DIR = "/etc/systemd/system"
@@ -302,6 +301,7 @@ def host_plan(
         "remote_dir": REMOTE_DIR,
         "wait_script": WAIT_SCRIPT,
         "env_dir": ENV_DIR,
+        "unit_dir": UNIT_DIR,
         "stack": stack_plan(host),
     }
 
