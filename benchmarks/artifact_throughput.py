@@ -46,7 +46,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 ROOT = Path(__file__).resolve().parent.parent
-INSTALLER = ROOT / "deploys" / "remote" / "fetch_model.py"
+INSTALLER = ROOT / "hostside" / "fetch_model.py"
 
 
 def ratio_line(label: str, value: float, goal: float, percent: bool = False) -> str:
@@ -63,7 +63,7 @@ def ratio_line(label: str, value: float, goal: float, percent: bool = False) -> 
 def serve(directory: str, port: int) -> None:
     """A loopback server for the archives (Range support, sendfile for bodies)."""
     sys.path.insert(0, str(ROOT))
-    from fleet.modelserver import ArchiveRequestHandler, ArchiveServer
+    from sandbox.modelserver import ArchiveRequestHandler, ArchiveServer
 
     class SendfileHandler(ArchiveRequestHandler):
         def log_message(self, *args: object) -> None:

@@ -12,7 +12,7 @@ mean TTFT, mean TPOT and output throughput. Goal: each within 10 % (0.90–1.10)
 runs ``vllm bench serve`` a second time in every round: its vllm/vllm ratios are what the
 machine alone does to a ratio (``--no-control`` skips it).
 
-First, the same comparison runs against the scripted server (:mod:`fleet.bench.fakeserver`,
+First, the same comparison runs against the scripted server (:mod:`cli.bench.fakeserver`,
 50 ms to the first token, 4 ms between tokens): its timing is known and does not depend on
 how much CPU the client leaves the server, so it separates the two tools' definitions from
 the noise of a shared machine.
@@ -52,9 +52,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from fleet.bench.prompts import synthetic_prompts  # noqa: E402
-from fleet.bench.runner import Target, server_tokenizer  # noqa: E402
-from fleet.bench.servermetrics import Scrape, parse_prometheus, step_figures  # noqa: E402
+from cli.bench.prompts import synthetic_prompts  # noqa: E402
+from cli.bench.runner import Target, server_tokenizer  # noqa: E402
+from cli.bench.servermetrics import Scrape, parse_prometheus, step_figures  # noqa: E402
 
 VLLM_PYTHON = os.environ.get(
     "VLLM_PYTHON", str(Path(__file__).resolve().parent.parent / ".venv-vllm" / "bin" / "python")
@@ -172,7 +172,7 @@ def children_cpu() -> float:
 def run_fleet(url: str, model: str, prompts: Path, concurrency: int, requests: int,
               output_len: int, out: Path, warmup: int = 0) -> dict[str, float]:
     """``fleet bench`` in its own process; its figures in vLLM's names."""
-    argv = [sys.executable, "-m", "fleet.cli", "bench", "--url", url, "--model", model,
+    argv = [sys.executable, "-m", "cli.main", "bench", "--url", url, "--model", model,
             "--prompts", str(prompts), "--concurrency", str(concurrency),
             "--requests", str(requests), "--output-len", str(output_len),
             "--warmup", str(warmup), "--out", str(out), "--no-progress", "--no-metrics"]
@@ -334,7 +334,7 @@ def main() -> int:
             # Known timing: 50 ms to the first token, 4 ms between tokens, every request.
             url = f"http://127.0.0.1:{args.scripted_port}"
             fake = subprocess.Popen(
-                [sys.executable, "-m", "fleet.bench.fakeserver", "--port",
+                [sys.executable, "-m", "cli.bench.fakeserver", "--port",
                  str(args.scripted_port), "--ttft", "0.05", "--itl", "0.004"],
                 cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
             try:

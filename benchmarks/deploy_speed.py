@@ -37,7 +37,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from fleet import modelserver, sandbox  # noqa: E402
+from sandbox import hosts as sandbox  # noqa: E402
+from sandbox import modelserver  # noqa: E402
 
 FLEET_HOST, SHELL_HOST = "speed-fleet", "speed-shell"
 FLEET_PORT, SHELL_PORT, MODEL_PORT = 18500, 18501, 18772

@@ -17,8 +17,8 @@ from pyinfra.api.exceptions import DeployError
 from pyinfra.api.operation import OperationMeta
 from pyinfra.operations import apt, files
 
-from deploys.nvidia import packages_held
 from deploys.plan import current_plan
+from operations.nvidia import packages_held
 
 
 @deploy("CUDA toolkit")

@@ -10,43 +10,12 @@ from __future__ import annotations
 
 from io import StringIO
 
-from pyinfra import host, logger
-from pyinfra.api import StringCommand, deploy, operation
+from pyinfra.api import deploy
 from pyinfra.api.operation import OperationMeta
 from pyinfra.operations import files, systemd
 
 from deploys.plan import current_plan
-from facts.host import CpuGovernor
-
-
-@operation()
-def governor_applied(governor: str, unit: str):
-    """Make every CPU run ``governor`` now (through its unit), where the kernel has cpufreq.
-
-    + governor: cpufreq governor name, e.g. ``performance``
-    + unit: the oneshot unit that sets it (and sets it again at every boot)
-
-    Without cpufreq (most VMs and containers) nothing can be set: that is reported, not failed.
-
-    **Example:**
-
-    .. code:: python
-
-        governor_applied(name="Apply the governor", governor="performance",
-                         unit="vllm-fleet-cpu-governor.service")
-    """
-    current = host.get_fact(CpuGovernor)
-    if not current:
-        logger.warning(
-            f"{host.print_prefix}CPU governor {governor}: this host has no cpufreq (a VM or a "
-            f"container?), nothing to set; {unit} sets it at boot wherever cpufreq exists"
-        )
-        host.noop(f"no cpufreq: governor {governor} not applicable")
-        return
-    if set(current) == {governor}:
-        host.noop(f"all {current[governor]} CPUs run the {governor} governor")
-        return
-    yield StringCommand("systemctl", "restart", unit)
+from operations.host import governor_applied
 
 
 @deploy("Host tuning")

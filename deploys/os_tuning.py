@@ -12,8 +12,8 @@ from io import StringIO
 from pyinfra.api import deploy
 from pyinfra.operations import files
 
-from deploys import ops
 from deploys.plan import current_plan
+from operations.host import sysctl_applied
 
 
 @deploy("OS tuning")
@@ -31,4 +31,4 @@ def os_tuning() -> None:
         group="root",
         mode="644",
     )
-    ops.sysctl_applied(name="Apply kernel parameters", values=plan["sysctl"])
+    sysctl_applied(name="Apply kernel parameters", values=plan["sysctl"])

@@ -11,7 +11,6 @@ Example:
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 from pyinfra import host
@@ -19,7 +18,8 @@ from pyinfra.api.exceptions import DeployError
 from pyinfra.api.operation import OperationMeta
 from pyinfra.operations import files
 
-REMOTE_SCRIPTS = Path(__file__).resolve().parent / "remote"
+from fleet.paths import remote_program
+from hostside import local_path
 
 
 def current_plan() -> dict[str, Any]:
@@ -33,26 +33,20 @@ def current_plan() -> dict[str, Any]:
     return plan
 
 
-def script(name: str) -> str:
-    """Local path of a host-side script shipped with the deploys."""
-    return str(REMOTE_SCRIPTS / name)
+def upload_program(program: str, what: str) -> tuple[str, OperationMeta]:
+    """Upload one host-side program (root-owned, 755); return its path there and the operation.
 
-
-def upload_script(name: str, what: str, dest: str | None = None) -> tuple[str, OperationMeta]:
-    """Upload one host-side script (root-owned, 755); return its path there and the operation.
-
-    + name: the script's file name under deploys/remote
+    + program: the module's name in the ``hostside`` package (``wait_healthy``)
     + what: what it is, for the operation's name (``the health waiter``)
-    + dest: its path on the host (default: ``<remote_dir>/<name>``)
 
     Example (inside a deploy):
-        path, op = upload_script("wait_healthy.py", "the health waiter")
-        # path == '/usr/local/lib/vllm-fleet/wait_healthy.py'
+        path, op = upload_program("wait_healthy", "the health waiter")
+        # path == '/usr/local/lib/vllm-fleet/hostside/wait_healthy.py'
     """
-    dest = dest or f"{current_plan()['remote_dir']}/{name}"
+    dest = remote_program(program)
     return dest, files.put(
         name=f"Upload {what}",
-        src=script(name),
+        src=str(local_path(program)),
         dest=dest,
         user="root",
         group="root",

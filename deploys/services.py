@@ -19,11 +19,15 @@ from pyinfra.api.operation import OperationMeta
 from pyinfra.operations import files, server, systemd
 from pyinfra.operations.util import any_changed
 
-from deploys import ops
-from deploys.plan import current_plan, upload_script
-
-#: Saved copies of the last working unit and environment of each server.
-PREVIOUS_DIR = "/var/lib/vllm-fleet/previous"
+from deploys.plan import current_plan, upload_program
+from fleet.paths import PREVIOUS_DIR, SERVICE_HOME, previous_paths
+from operations.services import (
+    previous_saved,
+    server_answers,
+    server_args_valid,
+    server_restarted,
+    undeclared_servers_removed,
+)
 
 
 @deploy("Servers no longer in the fleet file")
@@ -33,7 +37,7 @@ def retired_servers() -> None:
     are free for the new ones. Units written by hand are never touched.
     """
     plan = current_plan()
-    ops.undeclared_servers_removed(
+    undeclared_servers_removed(
         name="Remove servers that are no longer in the fleet file",
         keep=[entry["unit"] for entry in plan["servers"]],
         unit_dir=plan["unit_dir"],
@@ -68,7 +72,7 @@ def services(
         user=user,
         group=user,
         system=True,
-        home="/var/lib/vllm-fleet",
+        home=SERVICE_HOME,
         shell="/usr/sbin/nologin",
         create_home=False,
         ensure_home=False,
@@ -80,14 +84,13 @@ def services(
         group="root",
         mode="700",
     )
-    _, wait_op = upload_script("wait_healthy.py", "the health waiter", dest=plan["wait_script"])
-    validator, _ = upload_script("validate_args.py", "the vLLM flag check")
-    checker, _ = upload_script("check_ready.py", "the readiness check")
-    restarter, _ = upload_script("restart_or_restore.py", "the restart-or-restore helper")
-    previous = PREVIOUS_DIR
+    _, wait_op = upload_program("wait_healthy", "the health waiter")
+    validator, _ = upload_program("validate_args", "the vLLM flag check")
+    checker, _ = upload_program("check_ready", "the readiness check")
+    restarter, _ = upload_program("restart_or_restore", "the restart-or-restore helper")
     files.directory(
         name="Create the folder for previous configurations",
-        path=previous,
+        path=PREVIOUS_DIR,
         user="root",
         group="root",
         mode="700",
@@ -95,7 +98,7 @@ def services(
     python = f"{plan['venv']}/bin/python"
     for entry in plan["servers"]:
         unit = entry["unit"]
-        ops.server_args_valid(
+        server_args_valid(
             name=f"Check the flags of {unit} with the installed vLLM",
             unit=unit,
             unit_path=entry["unit_path"],
@@ -103,15 +106,14 @@ def services(
             python=python,
             script=validator,
         )
-        saved_unit = f"{previous}/{unit}"
-        saved_env = f"{previous}/{entry['name']}.env"
-        ops.previous_saved(
+        saved_unit, saved_env = previous_paths(entry["name"])
+        previous_saved(
             name=f"Keep the current environment of {unit}",
             path=entry["env_path"],
             text=entry["env_text"],
             backup=saved_env,
         )
-        ops.previous_saved(
+        previous_saved(
             name=f"Keep the current {unit}",
             path=entry["unit_path"],
             text=entry["unit_text"],
@@ -139,7 +141,7 @@ def services(
             changed.append(limits_changed)
         if entry["model"] in models_changed:
             changed.append(models_changed[entry["model"]])
-        restart_op = ops.server_restarted(
+        restart_op = server_restarted(
             name=f"Restart {unit} (its configuration changed)",
             unit=unit,
             restore={entry["unit_path"]: saved_unit, entry["env_path"]: saved_env},
@@ -152,7 +154,7 @@ def services(
             running=True,
             enabled=True,
         )
-        ops.server_answers(
+        server_answers(
             name=f"Check that {entry['name']} answers a completion",
             port=entry["port"],
             served_name=entry["served_name"],

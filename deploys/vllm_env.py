@@ -17,12 +17,11 @@ from pyinfra.api.exceptions import DeployError
 from pyinfra.api.operation import OperationMeta
 from pyinfra.operations import apt
 
-from deploys import ops, python_ops
 from deploys.plan import current_plan
 from facts.vllm import PythonVersion
-
-UV_DIR = "/opt/vllm-fleet/uv"
-PYTHON_DIR = "/opt/vllm-fleet/python"
+from fleet.paths import PYTHON_DIR, UV_DIR
+from operations.python import managed_python, venv_ready
+from operations.vllm import vllm_installed
 
 
 def _interpreter(plan: dict) -> tuple[str, str]:
@@ -37,7 +36,7 @@ def _interpreter(plan: dict) -> tuple[str, str]:
     wanted = plan["python"] or distro_minor
     if wanted == distro_minor:
         return wanted, "python3"
-    python_ops.managed_python(
+    managed_python(
         name=f"Install Python {wanted} (uv-managed; the distro has {distro_minor})",
         version=wanted,
         uv_dir=UV_DIR,
@@ -63,14 +62,14 @@ def vllm_env() -> OperationMeta:
         cache_time=24 * 3600,
     )
     version, interpreter = _interpreter(plan)
-    python_ops.venv_ready(
+    venv_ready(
         name=f"Create the vLLM venv (Python {version})",
         venv=plan["venv"],
         version=version,
         interpreter=interpreter,
     )
     # A rebuilt venv is empty, so the install below changes too: it alone says "vLLM changed".
-    return ops.vllm_installed(
+    return vllm_installed(
         name=f"Install {plan['vllm_package']}",
         venv=plan["venv"],
         requirement=plan["vllm_package"],

@@ -20,11 +20,9 @@ from collections.abc import Iterator
 
 from fleet import gpus as gpu_table
 from fleet.flags import flag_problems, flag_warnings
-from fleet.load import suggest
 from fleet.plan import chunked_prefill, plan_fleet
+from fleet.problems import Finding, suggest
 from fleet.spec import MIN_DRIVER_FOR_VARIANT, Fleet, Host, Server, Variant
-
-Finding = tuple[tuple[str | int, ...], str, str | None]
 
 
 def check_fleet(fleet: Fleet) -> Iterator[Finding]:

@@ -7,7 +7,7 @@ nearest older list; older than every list, its flags are only checked against th
 removed flags below. :func:`flag_problems` yields the errors; :func:`flag_warnings` says which
 list stood in, what only the release's own list could decide, and which flags are deprecated.
 The authority stays the vLLM installed on the host: the deploy runs its parser over the final
-command line before it writes a unit (``deploys/remote/validate_args.py``).
+command line before it writes a unit (``hostside/validate_args.py``).
 
 Example:
     >>> from fleet.spec import Server
@@ -34,7 +34,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from fleet.load import suggest
+from fleet.problems import suggest
 from fleet.spec import RESERVED_ARGS, ArgValue, Server
 
 FLAGS_DIR = Path(__file__).resolve().parent / "vllm_flags"

@@ -27,7 +27,7 @@ def fleet_path() -> Path:
 def connection_data(name: str, host: Host, file: str) -> dict[str, Any]:
     """pyinfra SSH data for one host (a sandbox host's comes from its running container)."""
     if host.is_sandbox:
-        from fleet import sandbox
+        from sandbox import hosts as sandbox
 
         data = sandbox.connection(name)
         if data is None:

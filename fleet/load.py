@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import difflib
 import types
 import typing
 from dataclasses import dataclass, field
@@ -30,50 +29,8 @@ from ruamel.yaml.comments import CommentedMap, CommentedSeq
 from ruamel.yaml.error import MarkedYAMLError, YAMLError
 from ruamel.yaml.reader import ReaderError
 
+from fleet.problems import Finding, FleetError, Loc, Problem, suggest
 from fleet.spec import UNION_TAGS, Fleet
-
-Loc = tuple[str | int, ...]
-Finding = tuple[Loc, str, "str | None"]
-
-
-@dataclass(frozen=True)
-class Problem:
-    """One thing wrong with a fleet file, located.
-
-    Example:
-        >>> p = Problem("f.yaml", 3, 5, ("hosts", "a", "gpu"), "unknown key", "use 'gpus'")
-        >>> str(p)
-        "f.yaml:3:5: hosts.a.gpu: unknown key; use 'gpus'"
-    """
-
-    file: str
-    line: int | None
-    column: int | None
-    path: Loc
-    message: str
-    hint: str | None = None
-    severity: str = "error"
-
-    def __str__(self) -> str:
-        where = self.file
-        if self.line is not None:
-            where += f":{self.line}"
-            if self.column is not None:
-                where += f":{self.column}"
-        dotted = ".".join(str(p) for p in self.path) or "(file)"
-        severity = "warning: " if self.severity == "warning" else ""
-        text = f"{where}: {severity}{dotted}: {self.message}"
-        if self.hint:
-            text += f"; {self.hint}"
-        return text
-
-
-class FleetError(Exception):
-    """A fleet file that cannot be used; ``problems`` lists every located error."""
-
-    def __init__(self, problems: list[Problem]):
-        self.problems = problems
-        super().__init__("\n".join(str(p) for p in problems))
 
 
 @dataclass
@@ -209,17 +166,6 @@ def _unwrap(annotation: Any) -> Any:
                 return annotation
         else:
             return annotation
-
-
-def suggest(word: str, choices: typing.Iterable[str]) -> str | None:
-    """A "did you mean" hint for ``word`` among ``choices``.
-
-    Example:
-        >>> suggest("gpu", ["gpus", "ssh", "servers"])
-        "did you mean 'gpus'?"
-    """
-    close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
-    return f"did you mean {close[0]!r}?" if close else None
 
 
 def _message(error: dict[str, Any]) -> tuple[str, str | None]:

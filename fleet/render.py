@@ -14,31 +14,34 @@ Example:
 
 from __future__ import annotations
 
-import os
-import re
-import shlex
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
-from fleet.models import REMOTE_DIR, model_plan
-from fleet.spec import (
+from fleet.modelplan import model_plan
+from fleet.paths import (
+    ENV_DIR,
     MODELS_DIR,
+    REMOTE_DIR,
     SERVICE_USER,
     SYSCTL_DROPIN,
+    UNIT_DIR,
     VENV_DIR,
-    Fleet,
-    Host,
-    SecretRef,
-    Server,
-    Variant,
+    cache_dir,
+    env_path,
+    model_path,
+    remote_program,
+    runtime_dir,
+    state_dir,
+    unit_name,
+    unit_path,
 )
+from fleet.quoting import env_quote, systemd_quote
+from fleet.secrets import read_secret
+from fleet.spec import Fleet, Host, SecretRef, Server, Variant
 from fleet.stack import stack_plan
 from fleet.templating import template
 
-WAIT_SCRIPT = f"{REMOTE_DIR}/wait_healthy.py"
-ENV_DIR = "/etc/vllm-fleet"
-UNIT_DIR = "/etc/systemd/system"
+WAIT_SCRIPT = remote_program("wait_healthy")
 #: The uv release that installs managed interpreters where the distro's Python doesn't match.
 UV_VERSION = "0.13.9"
 #: Seconds a server may take from start to a healthy /health (model loading, compilation).
@@ -53,39 +56,6 @@ NVIDIA_DEVICES = [
     "/dev/nvidia-modeset",
     "char-nvidia-caps",
 ]
-
-_SAFE = re.compile(r"^[A-Za-z0-9_./:=,+@-]+$")
-
-
-
-def systemd_quote(word: str) -> str:
-    """Quote one word for an ExecStart= line (systemd's rules, not the shell's).
-
-    Example:
-        >>> systemd_quote('{"a": 1}')
-        '"{\\\\"a\\\\": 1}"'
-        >>> systemd_quote("50%")
-        '"50%%"'
-    """
-    word = word.replace("%", "%%").replace("$", "$$")
-    if _SAFE.match(word):
-        return word
-    return '"' + word.replace("\\", "\\\\").replace('"', '\\"') + '"'
-
-
-def env_quote(value: str) -> str:
-    """Quote one value for an EnvironmentFile= line.
-
-    Example:
-        >>> env_quote("a b")
-        '"a b"'
-    """
-    if "\n" in value or "\r" in value:
-        raise ValueError("environment values cannot contain newlines")
-    if _SAFE.match(value):
-        return value
-    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
-
 
 def vllm_args(server: Server) -> list[str]:
     """The server's ``args`` as vLLM command-line words, in the fleet file's order.
@@ -126,16 +96,6 @@ def server_module(version: str) -> str:
     return "vllm.entrypoints.openai.api_server"
 
 
-def unit_name(server_name: str) -> str:
-    """The systemd unit of a server: ``tiny`` → ``vllm-tiny.service``."""
-    return f"vllm-{server_name}.service"
-
-
-def model_path(model_name: str) -> str:
-    """Where a model is served from (a link to its verified version)."""
-    return f"{MODELS_DIR}/{model_name}"
-
-
 def start_order(host: Host) -> dict[str, list[str]]:
     """For each server, the servers it must start after (those sharing one of its GPUs).
 
@@ -160,15 +120,15 @@ def server_env(
     host: Host, name: str, server: Server, secret: Callable[[SecretRef], str]
 ) -> dict[str, str]:
     """The environment of one server: its own directories, offline hub, GPUs, secrets, extras."""
-    cache = f"/var/cache/vllm-fleet/{name}"
+    cache = cache_dir(name)
     env = {
-        "HOME": f"/var/lib/vllm-fleet/{name}",
+        "HOME": f"/var/lib/{state_dir(name)}",
         "TMPDIR": f"{cache}/tmp",
         "XDG_CACHE_HOME": cache,
         "VLLM_CACHE_ROOT": f"{cache}/vllm",
         "HF_HOME": f"{cache}/huggingface",
         "TORCHINDUCTOR_CACHE_DIR": f"{cache}/inductor",
-        "VLLM_RPC_BASE_PATH": f"/run/vllm-fleet-{name}",
+        "VLLM_RPC_BASE_PATH": f"/run/{runtime_dir(name)}",
         "HF_HUB_OFFLINE": "1",
         "VLLM_NO_USAGE_STATS": "1",
         "DO_NOT_TRACK": "1",
@@ -210,10 +170,10 @@ def render_unit(fleet: Fleet, host_name: str, name: str) -> str:
         port=server.port,
         after=[unit_name(other) for other in start_order(host)[name]],
         user=SERVICE_USER,
-        env_file=f"{ENV_DIR}/{name}.env",
-        state_dir=f"vllm-fleet/{name}",
-        cache_dirs=[f"vllm-fleet/{name}", f"vllm-fleet/{name}/tmp"],
-        runtime_dir=f"vllm-fleet-{name}",
+        env_file=env_path(name),
+        state_dir=state_dir(name),
+        cache_dirs=[state_dir(name), f"{state_dir(name)}/tmp"],
+        runtime_dir=runtime_dir(name),
         exec_start=" ".join(systemd_quote(word) for word in command),
         python=f"{VENV_DIR}/bin/python",
         wait_script=WAIT_SCRIPT,
@@ -237,20 +197,6 @@ def render_sysctl(sysctl: dict[str, int | str]) -> str:
     return template("sysctl.conf.j2").render(sysctl=sysctl)
 
 
-def read_secret(ref: SecretRef) -> str:
-    """Resolve a secret reference on the control machine; raise ValueError if it is missing."""
-    if ref.env is not None:
-        value = os.environ.get(ref.env)
-        if not value:
-            raise ValueError(f"environment variable {ref.env} is not set")
-        return value.strip()
-    assert ref.file is not None
-    try:
-        return Path(ref.file).expanduser().read_text(encoding="utf-8").strip()
-    except OSError as err:
-        raise ValueError(f"cannot read secret file {ref.file}: {err.strerror}") from None
-
-
 def host_plan(
     fleet: Fleet, host_name: str, secrets: Callable[[SecretRef], str] = read_secret
 ) -> dict[str, Any]:
@@ -265,9 +211,9 @@ def host_plan(
             {
                 "name": name,
                 "unit": unit_name(name),
-                "unit_path": f"{UNIT_DIR}/{unit_name(name)}",
+                "unit_path": unit_path(name),
                 "unit_text": render_unit(fleet, host_name, name),
-                "env_path": f"{ENV_DIR}/{name}.env",
+                "env_path": env_path(name),
                 "env_text": render_env(env, name),
                 "model": server.model,
                 "served_name": server.served_model_name or server.model,
@@ -306,9 +252,3 @@ def host_plan(
     }
 
 
-def command_line(plan_server: dict[str, Any]) -> str:
-    """The ExecStart line of a rendered unit, for people reading `fleet render`."""
-    for line in plan_server["unit_text"].splitlines():
-        if line.startswith("ExecStart="):
-            return line[len("ExecStart=") :]
-    return shlex.join([])

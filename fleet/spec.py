@@ -49,11 +49,6 @@ def _form(value: Any) -> str:
     """Which member of a text-or-mapping key a value is for (so errors name only that one)."""
     return MAPPING_FORM if isinstance(value, dict | BaseModel) else TEXT_FORM
 
-#: Where everything the tool installs lives on a host.
-VENV_DIR = "/opt/vllm-fleet/venv"
-MODELS_DIR = "/var/lib/vllm-fleet/models"
-SERVICE_USER = "vllm"
-SYSCTL_DROPIN = "/etc/sysctl.d/90-vllm-fleet.conf"
 
 
 class Strict(BaseModel):

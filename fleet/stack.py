@@ -18,19 +18,20 @@ from __future__ import annotations
 
 from typing import Any
 
+from fleet.paths import (
+    CUDA_PROFILE,
+    GOVERNOR_UNIT,
+    NOFILE_DROPIN,
+    NOUVEAU_BLACKLIST,
+    NVIDIA_KEYRING,
+    NVIDIA_PREFERENCES,
+    NVIDIA_SOURCES,
+    PERSISTENCED_DROPIN,
+    UNIT_DIR,
+    cuda_home,
+)
 from fleet.spec import MIN_DRIVER_FOR_VARIANT, Host
 from fleet.templating import template
-
-PERSISTENCED_DROPIN = "/etc/systemd/system/nvidia-persistenced.service.d/50-vllm-fleet.conf"
-CUDA_PROFILE = "/etc/profile.d/vllm-fleet-cuda.sh"
-GOVERNOR_UNIT = "vllm-fleet-cpu-governor.service"
-#: A prefix drop-in: systemd applies ``vllm-.service.d/`` to every ``vllm-*.service``.
-NOFILE_DROPIN = "/etc/systemd/system/vllm-.service.d/50-vllm-fleet-nofile.conf"
-NOUVEAU_BLACKLIST = "/etc/modprobe.d/vllm-fleet-blacklist-nouveau.conf"
-NVIDIA_KEYRING = "/etc/apt/keyrings/vllm-fleet-nvidia.gpg"
-NVIDIA_SOURCES = "/etc/apt/sources.list.d/vllm-fleet-nvidia.list"
-NVIDIA_PREFERENCES = "/etc/apt/preferences.d/vllm-fleet-nvidia"
-
 
 
 def driver_matches(declared: str, installed: str | None) -> bool:
@@ -171,6 +172,54 @@ def pin_text(packages: list[str], declared: str) -> str:
     )
 
 
+def fabric_manager_wanted(setting: bool | str, nvswitches: Any) -> bool:
+    """Whether a host runs the fabric manager: ``auto`` means "where lspci shows NVSwitches".
+
+    Example:
+        >>> switch = {"slot": "0000:05:00.0"}
+        >>> fabric_manager_wanted("auto", [switch]), fabric_manager_wanted("auto", [])
+        (True, False)
+        >>> fabric_manager_wanted(False, [{"slot": "0000:05:00.0"}])
+        False
+    """
+    if setting == "auto":
+        return bool(nvswitches)
+    return bool(setting)
+
+
+def driver_layout(nvidia: dict[str, Any], distro: dict[str, Any], arch: str | None,
+                  nvswitches: Any) -> dict[str, Any]:
+    """The driver of one host as its facts decide it: NVIDIA's repository folders, the driver
+    packages (fabric manager included where wanted), the probe package and the repository
+    origin apt may take them from. The deploy installs this and ``fleet drift`` checks it.
+
+    + nvidia: the host plan's ``stack.nvidia``
+    + distro: pyinfra's ``LinuxDistribution`` fact (name, major, minor)
+    + arch: dpkg's architecture (``DebArch``)
+    + nvswitches: the NVSwitches lspci shows (``PciGpus``'s ``nvswitches``)
+
+    Raises ValueError, with a sentence to act on, for a distribution or architecture that
+    vllm-fleet does not install the stack on.
+
+    Example:
+        >>> nvidia = {"fabric_manager": "auto", "branch": 570, "source": "nvidia",
+        ...           "repository": "https://example.test/repos"}
+        >>> layout = driver_layout(nvidia, {"name": "Ubuntu", "major": 24, "minor": 4}, "amd64",
+        ...                        nvswitches=[{"slot": "0000:05:00.0"}])
+        >>> layout["packages"], layout["origin"]
+        (['nvidia-driver-570', 'nvidia-fabricmanager-570'], 'https://example.test/repos/ubuntu2404/x86_64')
+    """
+    fabric_manager = fabric_manager_wanted(nvidia["fabric_manager"], nvswitches)
+    folder = repo_distro(distro.get("name"), distro.get("major"), distro.get("minor"))
+    folder_arch = repo_arch(arch)
+    packages = driver_packages(folder, nvidia["branch"], fabric_manager, nvidia["source"])
+    origin = ""
+    if nvidia["source"] == "nvidia":
+        origin = repo_url(nvidia, folder, folder_arch).rstrip("/")
+    return {"distro": folder, "arch": folder_arch, "fabric_manager": fabric_manager,
+            "origin": origin, **packages}  # fmt: skip
+
+
 def stack_plan(host: Host) -> dict[str, Any]:
     """The stack of one host, as plain (JSON-able) data for the deploys and for drift."""
     nvidia = host.os.nvidia
@@ -207,7 +256,7 @@ def stack_plan(host: Host) -> dict[str, Any]:
             "persistenced_text": template("nvidia-persistenced.conf.j2").render(),
         }
     if cuda is not None:
-        home = f"/usr/local/cuda-{cuda}"
+        home = cuda_home(cuda)
         plan["cuda"] = {
             "version": cuda,
             "package": f"cuda-toolkit-{cuda.replace('.', '-')}",
@@ -219,7 +268,7 @@ def stack_plan(host: Host) -> dict[str, Any]:
         plan["governor"] = {
             "name": governor.value,
             "unit": GOVERNOR_UNIT,
-            "unit_path": f"/etc/systemd/system/{GOVERNOR_UNIT}",
+            "unit_path": f"{UNIT_DIR}/{GOVERNOR_UNIT}",
             "unit_text": template("cpu-governor.service.j2").render(
                 governor=governor.value
             ),

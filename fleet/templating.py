@@ -13,7 +13,13 @@ from pathlib import Path
 
 import jinja2
 
-TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
+#: Where the templates are: inside the package when installed from a wheel (pyproject.toml
+#: ships the checkout's top-level templates/ as fleet/templates), the checkout's templates/
+#: otherwise. Jinja takes the first folder that has a template.
+TEMPLATE_DIRS = [
+    Path(__file__).resolve().parent / "templates",
+    Path(__file__).resolve().parent.parent / "templates",
+]
 
 
 def systemd_text(text: str) -> str:
@@ -22,7 +28,7 @@ def systemd_text(text: str) -> str:
 
 
 _env = jinja2.Environment(
-    loader=jinja2.FileSystemLoader(TEMPLATES),
+    loader=jinja2.FileSystemLoader([str(d) for d in TEMPLATE_DIRS if d.is_dir()]),
     undefined=jinja2.StrictUndefined,
     trim_blocks=True,
     lstrip_blocks=True,

@@ -24,5 +24,5 @@ fi
 echo "==> pip install -e .[dev]"
 .venv/bin/pip install --quiet --disable-pip-version-check -e '.[dev]' 2>&1 \
     | grep -v "^WARNING: Location" || true
-.venv/bin/python -c 'import fleet.cli, pyinfra, testinfra' \
+.venv/bin/python -c 'import cli.main, pyinfra, testinfra' \
     || { echo "install failed: the venv cannot import vllm-fleet" >&2; exit 1; }

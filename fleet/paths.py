@@ -1,0 +1,108 @@
+"""Every path vllm-fleet owns on a host, in one place.
+
+The deploys, ``fleet drift``, ``fleet verify`` and the host-side programs all take their paths
+from here (through the typed host plan), so no two places can disagree about where a unit, an
+environment file or a model lives.
+
+Example:
+    >>> unit_path("tiny"), env_path("tiny")
+    ('/etc/systemd/system/vllm-tiny.service', '/etc/vllm-fleet/tiny.env')
+    >>> model_path("tiny-llama")
+    '/var/lib/vllm-fleet/models/tiny-llama'
+"""
+
+from __future__ import annotations
+
+# -- the tool's own software -------------------------------------------------------------------
+#: Host-side programs (the ``hostside`` package is uploaded below it).
+REMOTE_DIR = "/usr/local/lib/vllm-fleet"
+#: The vLLM venv.
+VENV_DIR = "/opt/vllm-fleet/venv"
+#: A small venv holding the pinned uv, and uv's managed interpreters.
+UV_DIR = "/opt/vllm-fleet/uv"
+PYTHON_DIR = "/opt/vllm-fleet/python"
+
+# -- servers ----------------------------------------------------------------------------------
+SERVICE_USER = "vllm"
+#: The service user's home (not created: each server has its own state directory).
+SERVICE_HOME = "/var/lib/vllm-fleet"
+UNIT_DIR = "/etc/systemd/system"
+#: Environment files (0600, root): one per server, the only place secrets are written.
+ENV_DIR = "/etc/vllm-fleet"
+#: Saved copies of the last working unit and environment of each server.
+PREVIOUS_DIR = "/var/lib/vllm-fleet/previous"
+
+# -- models -----------------------------------------------------------------------------------
+MODELS_DIR = "/var/lib/vllm-fleet/models"
+
+# -- OS and GPU stack -------------------------------------------------------------------------
+SYSCTL_DROPIN = "/etc/sysctl.d/90-vllm-fleet.conf"
+PERSISTENCED_DROPIN = "/etc/systemd/system/nvidia-persistenced.service.d/50-vllm-fleet.conf"
+CUDA_PROFILE = "/etc/profile.d/vllm-fleet-cuda.sh"
+GOVERNOR_UNIT = "vllm-fleet-cpu-governor.service"
+#: A prefix drop-in: systemd applies ``vllm-.service.d/`` to every ``vllm-*.service``.
+NOFILE_DROPIN = "/etc/systemd/system/vllm-.service.d/50-vllm-fleet-nofile.conf"
+NOUVEAU_BLACKLIST = "/etc/modprobe.d/vllm-fleet-blacklist-nouveau.conf"
+NVIDIA_KEYRING = "/etc/apt/keyrings/vllm-fleet-nvidia.gpg"
+NVIDIA_SOURCES = "/etc/apt/sources.list.d/vllm-fleet-nvidia.list"
+NVIDIA_PREFERENCES = "/etc/apt/preferences.d/vllm-fleet-nvidia"
+
+
+def unit_name(server: str) -> str:
+    """The systemd unit of a server: ``tiny`` → ``vllm-tiny.service``."""
+    return f"vllm-{server}.service"
+
+
+def unit_path(server: str) -> str:
+    """Where a server's unit is written."""
+    return f"{UNIT_DIR}/{unit_name(server)}"
+
+
+def env_path(server: str) -> str:
+    """Where a server's environment file is written."""
+    return f"{ENV_DIR}/{server}.env"
+
+
+def previous_paths(server: str) -> tuple[str, str]:
+    """The saved copies (unit, environment file) of a server's last working configuration.
+
+    Example:
+        >>> previous_paths("tiny")
+        ('/var/lib/vllm-fleet/previous/vllm-tiny.service', '/var/lib/vllm-fleet/previous/tiny.env')
+    """
+    return f"{PREVIOUS_DIR}/{unit_name(server)}", f"{PREVIOUS_DIR}/{server}.env"
+
+
+def state_dir(server: str) -> str:
+    """A server's ``StateDirectory=`` (relative to /var/lib) and its HOME below /var/lib."""
+    return f"vllm-fleet/{server}"
+
+
+def cache_dir(server: str) -> str:
+    """A server's cache folder (TMPDIR, vLLM's and torch's caches live below it)."""
+    return f"/var/cache/vllm-fleet/{server}"
+
+
+def runtime_dir(server: str) -> str:
+    """A server's ``RuntimeDirectory=`` (relative to /run)."""
+    return f"vllm-fleet-{server}"
+
+
+def model_path(model: str) -> str:
+    """Where a model is served from (a link to its verified version)."""
+    return f"{MODELS_DIR}/{model}"
+
+
+def remote_program(name: str) -> str:
+    """Where a host-side program of the ``hostside`` package is on the host.
+
+    Example:
+        >>> remote_program("wait_healthy")
+        '/usr/local/lib/vllm-fleet/hostside/wait_healthy.py'
+    """
+    return f"{REMOTE_DIR}/hostside/{name}.py"
+
+
+def cuda_home(version: str) -> str:
+    """Where NVIDIA's toolkit package installs CUDA ``version``."""
+    return f"/usr/local/cuda-{version}"

@@ -1,0 +1,145 @@
+"""``fleet bench`` against the real CPU vLLM on a sandbox host, directly and through SSH.
+
+Deploys the committed tiny model to sandbox host ``bench-1`` (server port 18300, model archive
+served on 18771), then runs one short ladder (1, 2) with the fleet's API key, and one step
+through an SSH local port forward over the host's sshd. Standalone for now; it could share the
+host of ``test_e2e.py``'s lifecycle instead of deploying its own.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from sandbox import hosts as sandbox
+from sandbox import modelserver
+
+pytestmark = pytest.mark.e2e
+
+ROOT = Path(__file__).resolve().parents[2]
+HOST = "bench-1"
+SERVER_PORT = 18300
+MODEL_PORT = 18771
+API_KEY = "bench-e2e-5b8d2e"
+OUTPUT_LEN = 16
+ARCHIVE_SHA = (ROOT / "testmodel" / "tiny-llama.tar.gz.sha256").read_text().split()[0]
+
+FLEET = f"""\
+version: 1
+defaults:
+  vllm: {{version: "0.32.0", variant: cpu, cpu_kvcache_space_gib: 1}}
+models:
+  tiny-llama:
+    url: "http://127.0.0.1:{MODEL_PORT}/tiny-llama.tar.gz"
+    sha256: "{ARCHIVE_SHA}"
+hosts:
+  {HOST}:
+    address: sandbox
+    servers:
+      chat:
+        model: tiny-llama
+        port: {SERVER_PORT}
+        served_model_name: tiny-bench
+        api_key: {{env: FLEET_BENCH_E2E_KEY}}
+        args: {{max-model-len: 512, max-num-seqs: 4, enforce-eager: true}}
+"""
+
+
+def run(argv: list[str], fleet: Path, timeout: float = 900) -> subprocess.CompletedProcess:
+    """Run a command from the repository root with FLEET and the API key's variable set."""
+    env = dict(os.environ, FLEET=str(fleet), FLEET_BENCH_E2E_KEY=API_KEY)
+    return subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=timeout, check=False)
+
+
+@pytest.fixture(scope="module")
+def deployed(tmp_path_factory: pytest.TempPathFactory):
+    """The sandbox host with the tiny model served, for the whole module; gone afterwards."""
+    fleet = tmp_path_factory.mktemp("bench-e2e") / "fleet.yaml"
+    fleet.write_text(FLEET)
+    modelserver.start(ROOT / "testmodel", port=MODEL_PORT)
+    sandbox.down([HOST])
+    try:
+        sandbox.up({HOST: [SERVER_PORT]})
+        pyinfra = Path(sys.executable).parent / "pyinfra"
+        result = run([str(pyinfra), "-y", "inventory.py", "deploy.py"], fleet)
+        assert result.returncode == 0, (result.stdout + result.stderr)[-4000:]
+        yield fleet
+    finally:
+        sandbox.down([HOST])
+        modelserver.stop(port=MODEL_PORT)
+
+
+def bench(fleet: Path, out: Path, *extra: str) -> tuple[subprocess.CompletedProcess, dict]:
+    """``fleet bench`` on the host's server; the process and its JSON report."""
+    result = run([sys.executable, "-m", "cli.main", "bench", str(fleet), "--server",
+                  f"{HOST}/chat", "--input-len", "32", "--output-len", str(OUTPUT_LEN),
+                  "--out", str(out), "--no-progress", "--sample-interval", "0.2", *extra],
+                 fleet, timeout=300)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    return result, json.loads((out / "bench.json").read_text())
+
+
+@pytest.fixture(scope="module")
+def ladder(deployed: Path, tmp_path_factory: pytest.TempPathFactory):
+    return bench(deployed, tmp_path_factory.mktemp("ladder"), "--concurrency", "1,2",
+                 "--requests", "6", "--slo", "ttft=2s,tpot=500ms")
+
+
+def test_ladder_requests_all_succeed(ladder) -> None:
+    _, report = ladder
+    assert [s["load"] for s in report["steps"]] == [1, 2]
+    assert all(s["ok"] == 6 and s["failed"] == 0 for s in report["steps"])
+
+
+def test_output_lengths_are_exact_and_from_usage(ladder) -> None:
+    _, report = ladder
+    for step in report["steps"]:
+        assert step["output_tokens"] == 6 * OUTPUT_LEN
+        assert step["usage_missing"] == 0
+        # 32 tokens calibrated through /tokenize, + BOS, ± a merge where windows were cut
+        assert 6 * 28 <= step["input_tokens"] <= 6 * 36
+
+
+def test_timings_are_plausible(ladder) -> None:
+    _, report = ladder
+    for step in report["steps"]:
+        # On 2 busy cores the CPU vLLM sometimes sends a whole short answer in one burst
+        # (TTFT == E2E for that request); never all six of a step.
+        assert 0 < step["ttft_ms"]["p50"] <= step["e2e_ms"]["p50"]
+        assert step["ttft_ms"]["mean"] < step["e2e_ms"]["mean"]
+        assert 0 < step["tpot_ms"]["mean"] < step["e2e_ms"]["mean"] / 2
+        assert step["goodput"]["good"] == 6
+
+
+def test_server_side_figures_beside_the_clients(ladder) -> None:
+    _, report = ladder
+    server = report["steps"][0]["server"]
+    assert server["ttft"]["count"] == 6
+    assert 0 < server["ttft"]["mean"] * 1000 <= report["steps"][0]["ttft_ms"]["mean"]
+    assert server["generation_tokens"] == 6 * OUTPUT_LEN
+    assert "preemptions" in server
+
+
+def test_cpu_host_is_not_gpu_sampled(ladder) -> None:
+    _, report = ladder
+    assert f"{HOST} is a cpu host: no GPU sampling" in report["notes"]
+
+
+def test_api_key_is_used_and_never_shown(ladder) -> None:
+    result, report = ladder
+    assert report["target"]["api_key"] == "set"
+    assert API_KEY not in result.stdout + result.stderr + json.dumps(report)
+
+
+def test_bench_through_an_ssh_port_forward(deployed: Path, tmp_path: Path) -> None:
+    _, report = bench(deployed, tmp_path, "--tunnel", "always", "--concurrency", "1",
+                           "--requests", "3")
+    assert report["steps"][0]["ok"] == 3
+    assert any("SSH port forward" in note for note in report["notes"])
+    assert str(SERVER_PORT) not in report["target"]["url"]  # a local port, not the server's

@@ -1,0 +1,361 @@
+"""The Molecule lifecycle on a real sandbox host: up → converge → idempotence → verify → down.
+
+Real parts throughout: a systemd container reached over SSH, real apt and pip, the CPU build of
+vLLM serving the committed tiny model, downloaded from a loopback HTTP server and verified.
+Faults: a wrong checksum fails the deploy and leaves the previous model serving; a broken
+fleet file stops pyinfra before any host is contacted.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from sandbox import hosts as sandbox
+from sandbox import modelserver
+
+pytestmark = pytest.mark.e2e
+
+ROOT = Path(__file__).resolve().parents[2]
+HOST = "e2e-1"
+SERVER_PORT = 18100
+MODEL_PORT = 18765
+API_KEY = "e2e-secret-7f3a9c1d"
+ARCHIVE_SHA = (ROOT / "testmodel" / "tiny-llama.tar.gz.sha256").read_text().split()[0]
+WRONG_SHA = "0" * 63 + "1"
+
+FLEET_TEMPLATE = """\
+# yaml-language-server: $schema={schema}
+version: 1
+defaults:
+  os:
+    sysctl: {{vm.swappiness: 1, net.core.somaxconn: 65535}}
+  vllm: {{version: "0.32.0", variant: cpu, cpu_kvcache_space_gib: 1}}
+models:
+  tiny-llama:
+    url: "http://127.0.0.1:{model_port}/tiny-llama.tar.gz"
+    sha256: "{sha}"
+hosts:
+  {host}:
+    address: sandbox
+    servers:
+      chat:
+        model: tiny-llama
+        port: {port}
+        served_model_name: tiny-chat
+        api_key: {{env: FLEET_E2E_API_KEY}}
+        args: {{max-model-len: 512, max-num-seqs: 4, enforce-eager: true}}
+"""
+
+
+def write_fleet(path: Path, sha: str) -> Path:
+    """A fleet file for the e2e host, with the archive digest ``sha``."""
+    path.write_text(
+        FLEET_TEMPLATE.format(
+            schema=ROOT / "inventory" / "fleet.schema.json",
+            model_port=MODEL_PORT,
+            sha=sha,
+            host=HOST,
+            port=SERVER_PORT,
+        )
+    )
+    return path
+
+
+def run(argv: list[str], fleet: Path, timeout: float = 900) -> subprocess.CompletedProcess:
+    """Run a command from the repository root with FLEET and the API key's variable set."""
+    env = dict(os.environ, FLEET=str(fleet), FLEET_E2E_API_KEY=API_KEY)
+    return subprocess.run(
+        argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout, check=False
+    )
+
+
+def deploy(fleet: Path) -> subprocess.CompletedProcess:
+    """``pyinfra -y inventory.py deploy.py`` on the fleet file."""
+    pyinfra = Path(sys.executable).parent / "pyinfra"
+    return run([str(pyinfra), "-y", "inventory.py", "deploy.py"], fleet)
+
+
+def changes(output: str) -> int:
+    """The number of operations that changed something, from pyinfra's results table.
+
+    Example:
+        >>> changes("    Grand total   19   12   -   7")
+        12
+    """
+    match = re.search(r"Grand total\s+(\d+)\s+(\d+|-)\s+(\d+|-)\s+(\d+|-)", output)
+    assert match, f"no results table in pyinfra's output:\n{output[-3000:]}"
+    return 0 if match.group(2) == "-" else int(match.group(2))
+
+
+def on_host(command: str) -> subprocess.CompletedProcess:
+    """Run a shell command on the sandbox host over SSH."""
+    return subprocess.run(
+        sandbox.ssh_argv(HOST, command), capture_output=True, text=True, timeout=120, check=False
+    )
+
+
+@pytest.fixture(scope="module")
+def fleet_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_fleet(tmp_path_factory.mktemp("e2e") / "fleet.yaml", ARCHIVE_SHA)
+
+
+@pytest.fixture(scope="module")
+def host_up(fleet_file: Path):
+    """The model server and the sandbox host, for the whole module; both gone afterwards."""
+    modelserver.start(ROOT / "testmodel", port=MODEL_PORT)
+    sandbox.down([HOST])
+    hosts = sandbox.up({HOST: [SERVER_PORT]})
+    yield hosts[0]
+    sandbox.down([HOST])
+    modelserver.stop(port=MODEL_PORT)
+
+
+@pytest.fixture(scope="module")
+def converge(host_up, fleet_file: Path) -> subprocess.CompletedProcess:
+    return deploy(fleet_file)
+
+
+@pytest.fixture(scope="module")
+def second_run(converge, fleet_file: Path) -> subprocess.CompletedProcess:
+    return deploy(fleet_file)
+
+
+def test_sandbox_host_is_running(host_up) -> None:
+    assert host_up.state == "running"
+
+
+def test_converge_succeeds(converge: subprocess.CompletedProcess) -> None:
+    assert converge.returncode == 0, (converge.stdout + converge.stderr)[-4000:]
+
+
+def test_converge_changes_the_host(converge: subprocess.CompletedProcess) -> None:
+    assert changes(converge.stdout + converge.stderr) > 5
+
+
+def test_converge_reports_read_only_sysctls(converge: subprocess.CompletedProcess) -> None:
+    assert "sysctl vm.swappiness: not applicable here" in converge.stdout + converge.stderr
+
+
+def test_second_deploy_changes_nothing(second_run: subprocess.CompletedProcess) -> None:
+    output = second_run.stdout + second_run.stderr
+    assert second_run.returncode == 0, output[-4000:]
+    assert changes(output) == 0, output[-4000:]
+
+
+def test_verify_passes(second_run, fleet_file: Path) -> None:
+    fleet = Path(sys.executable).parent / "fleet"
+    result = run([str(fleet), "verify", str(fleet_file), "-q"], fleet_file)
+    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
+    assert re.search(r"\b1[0-9] passed\b", result.stdout), result.stdout[-2000:]
+
+
+def test_complete_prints_an_answer(second_run, fleet_file: Path) -> None:
+    fleet = Path(sys.executable).parent / "fleet"
+    result = run([str(fleet), "complete", str(fleet_file), "--prompt", "Hello"], fleet_file)
+    assert result.returncode == 0, result.stderr
+    assert "answered 16 tokens" in result.stdout
+
+
+def test_api_key_stays_out_of_deploy_output(converge, second_run) -> None:
+    for output in (converge.stdout, converge.stderr, second_run.stdout, second_run.stderr):
+        assert API_KEY not in output
+
+
+def test_api_key_stays_out_of_the_unit(second_run) -> None:
+    unit = on_host("cat /etc/systemd/system/vllm-chat.service")
+    assert unit.returncode == 0 and "ExecStart=" in unit.stdout
+    assert API_KEY not in unit.stdout
+
+
+def test_api_key_stays_out_of_process_lists(second_run) -> None:
+    processes = on_host("ps -eo args")
+    assert "vllm.entrypoints.launchers.api_server.entry" in processes.stdout
+    assert API_KEY not in processes.stdout
+
+
+def test_api_key_is_in_the_private_environment_file(second_run) -> None:
+    env = on_host("stat -c '%a %U' /etc/vllm-fleet/chat.env && cat /etc/vllm-fleet/chat.env")
+    assert env.stdout.splitlines()[0] == "600 root"
+    assert f"VLLM_API_KEY={API_KEY}" in env.stdout
+
+
+def test_server_restarts_when_its_engine_dies(second_run) -> None:
+    """vLLM exits 0 when its engine dies; Restart=always must bring it back."""
+    before = on_host("systemctl show -p NRestarts --value vllm-chat.service").stdout.strip()
+    on_host("pkill -9 -f 'EngineCore' || pkill -9 -f 'VLLM::EngineCore'")
+    check = (
+        "for i in $(seq 120); do "
+        "n=$(systemctl show -p NRestarts --value vllm-chat.service); "
+        f"[ \"$n\" != '{before}' ] && systemctl is-active -q vllm-chat.service "
+        "&& python3 -c \"import urllib.request as u; "
+        f"u.urlopen('http://127.0.0.1:{SERVER_PORT}/health', timeout=2)\" 2>/dev/null "
+        "&& exit 0; sleep 1; done; exit 1"
+    )
+    assert on_host(check).returncode == 0
+
+
+def test_wrong_checksum_fails_and_keeps_the_model(second_run, tmp_path: Path) -> None:
+    link_before = on_host("readlink /var/lib/vllm-fleet/models/tiny-llama").stdout
+    broken = deploy(write_fleet(tmp_path / "wrong.yaml", WRONG_SHA))
+    output = broken.stdout + broken.stderr
+    assert broken.returncode != 0
+    assert "checksum mismatch" in output
+    assert f"expected sha256 {WRONG_SHA}, got {ARCHIVE_SHA}" in output
+    assert on_host("readlink /var/lib/vllm-fleet/models/tiny-llama").stdout == link_before
+    staged = on_host("ls /var/lib/vllm-fleet/models/.staging").stdout.split()
+    assert [name for name in staged if not name.endswith(".lock")] == []
+    assert on_host("systemctl is-active vllm-chat.service").stdout.strip() == "active"
+
+
+def test_broken_fleet_file_stops_before_any_host(host_up, tmp_path: Path) -> None:
+    broken = tmp_path / "broken.yaml"
+    broken.write_text(
+        write_fleet(tmp_path / "ok.yaml", ARCHIVE_SHA).read_text().replace("port:", "prot:")
+    )
+    result = deploy(broken)
+    output = result.stdout + result.stderr
+    assert result.returncode != 0
+    assert f"{broken}:17:" in output
+    assert "did you mean 'port'?" in output
+    assert "Connected" not in output
+
+
+def test_failed_restart_restores_the_previous_service(second_run, tmp_path: Path) -> None:
+    """A new configuration that cannot start must not leave the host without its server."""
+    unit = "/etc/systemd/system/vllm-chat.service"
+    unit_before = on_host(f"cat {unit}").stdout
+    bad = write_fleet(tmp_path / "too-long.yaml", ARCHIVE_SHA)
+    # The model allows 2048 positions: vLLM refuses 4096 at startup, after the unit is written.
+    bad.write_text(bad.read_text().replace("max-model-len: 512", "max-model-len: 4096"))
+    result = deploy(bad)
+    output = result.stdout + result.stderr
+    assert result.returncode != 0
+    assert "failed to start with the new configuration" in output
+    assert "restored the previous configuration of vllm-chat.service" in output
+    assert on_host(f"cat {unit}").stdout == unit_before
+    assert on_host("systemctl is-active vllm-chat.service").stdout.strip() == "active"
+
+
+def test_deploy_after_a_restored_failure_changes_nothing(second_run, fleet_file: Path) -> None:
+    result = deploy(fleet_file)
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output[-4000:]
+    assert changes(output) == 0, output[-4000:]
+
+
+def test_flag_rejected_by_the_installed_vllm_stops_before_the_unit(
+    second_run, tmp_path: Path
+) -> None:
+    """A whole number passes `fleet check`; only vLLM's own checks know -1 is out of range."""
+    unit = "/etc/systemd/system/vllm-chat.service"
+    unit_before = on_host(f"cat {unit}").stdout
+    bad = write_fleet(tmp_path / "keep-alive.yaml", ARCHIVE_SHA)
+    flags = "max-num-seqs: 4, sse-keep-alive-interval: -1"
+    bad.write_text(bad.read_text().replace("max-num-seqs: 4", flags))
+    result = deploy(bad)
+    output = result.stdout + result.stderr
+    assert result.returncode != 0
+    assert "rejects the command line of vllm-chat.service" in output, output[-4000:]
+    assert "--sse-keep-alive-interval must be a non-negative integer" in output
+    assert on_host(f"cat {unit}").stdout == unit_before
+    health = (
+        "python3 -c \"import urllib.request as u; "
+        f"u.urlopen('http://127.0.0.1:{SERVER_PORT}/health', timeout=5)\""
+    )
+    assert on_host(health).returncode == 0
+
+
+RETIRED_UNIT = """\
+# Managed by vllm-fleet — edit the fleet file, not this unit.
+[Unit]
+Description=a server since taken out of the fleet file
+[Service]
+ExecStart=/usr/bin/python3 -m http.server 18190 --bind 127.0.0.1
+[Install]
+WantedBy=multi-user.target
+"""
+HAND_UNIT = """\
+# A vLLM unit written by hand: not vllm-fleet's to remove.
+[Service]
+ExecStart=/usr/bin/sleep infinity
+[Install]
+WantedBy=multi-user.target
+"""
+
+
+def put_on_host(path: str, text: str) -> None:
+    result = on_host(f"printf %s {shlex.quote(text)} > {shlex.quote(path)}")
+    assert result.returncode == 0, result.stderr
+
+
+def test_a_server_taken_out_of_the_fleet_is_stopped_and_removed(
+    second_run, fleet_file: Path
+) -> None:
+    """A server renamed or deleted in the fleet file: drift names it, the deploy stops it and
+    deletes its unit and environment, the declared server keeps running untouched, a unit
+    written by hand stays, and the next deploy changes nothing."""
+    put_on_host("/etc/systemd/system/vllm-retired.service", RETIRED_UNIT)
+    put_on_host("/etc/vllm-fleet/retired.env", "VLLM_API_KEY=old\n")
+    put_on_host("/etc/systemd/system/vllm-mine.service", HAND_UNIT)
+    started = on_host("systemctl daemon-reload && systemctl enable --now vllm-retired vllm-mine")
+    assert started.returncode == 0, started.stderr
+    before = main_pid()
+
+    fleet = Path(sys.executable).parent / "fleet"
+    report = run([str(fleet), "drift", str(fleet_file), "--json"], fleet_file)
+    assert report.returncode == 2, report.stdout + report.stderr
+    rows = json.loads(report.stdout)["rows"]
+    assert [r["item"] for r in rows if r["status"] == "drift"] == [
+        "unit vllm-retired.service"
+    ]
+
+    result = deploy(fleet_file)
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output[-4000:]
+    assert "server 'retired' is no longer in the fleet file" in output
+    gone = on_host(
+        "test ! -e /etc/systemd/system/vllm-retired.service"
+        " && test ! -e /etc/vllm-fleet/retired.env"
+        " && ! systemctl is-active --quiet vllm-retired"
+        " && ! python3 -c 'import socket; socket.create_connection((\"127.0.0.1\", 18190), 2)'"
+    )
+    assert gone.returncode == 0, "the retired server is still installed or listening"
+    assert on_host("systemctl is-active vllm-mine").stdout.strip() == "active"
+    assert main_pid() == before, "the declared server was restarted"
+    again = deploy(fleet_file)
+    assert changes(again.stdout + again.stderr) == 0
+    on_host("systemctl disable --now vllm-mine; rm -f /etc/systemd/system/vllm-mine.service; "
+            "systemctl daemon-reload")
+
+
+def main_pid() -> str:
+    return on_host("systemctl show -p MainPID --value vllm-chat.service").stdout.strip()
+
+
+def test_changed_file_limit_restarts_the_server(second_run, tmp_path: Path) -> None:
+    """The open-file limit drop-in is shared by every vLLM unit: a change restarts them."""
+    before = main_pid()
+    fleet = write_fleet(tmp_path / "nofile.yaml", ARCHIVE_SHA)
+    fleet.write_text(
+        fleet.read_text().replace("    sysctl:", "    nofile: 50000\n    sysctl:", 1)
+    )
+    result = deploy(fleet)
+    assert result.returncode == 0, (result.stdout + result.stderr)[-4000:]
+    assert main_pid() not in ("0", before)
+    assert on_host("systemctl is-active vllm-chat.service").stdout.strip() == "active"
+
+
+def test_down_stops_the_host(second_run, fleet_file: Path) -> None:
+    fleet = Path(sys.executable).parent / "fleet"
+    result = run([str(fleet), "sandbox", "down", str(fleet_file)], fleet_file)
+    assert result.returncode == 0, result.stderr
+    assert sandbox.status([HOST])[0].state == "absent"
+    assert sandbox.connection(HOST) is None
