@@ -15,6 +15,7 @@ from typing import Any
 from fleet.load import FleetError, Problem, load_fleet
 from fleet.render import host_plan, read_secret
 from fleet.spec import Fleet, Host
+from sandbox import hosts as sandbox
 
 DEFAULT_FLEET = "inventory/sandbox.yaml"
 
@@ -27,7 +28,6 @@ def fleet_path() -> Path:
 def connection_data(name: str, host: Host, file: str) -> dict[str, Any]:
     """pyinfra SSH data for one host (a sandbox host's comes from its running container)."""
     if host.is_sandbox:
-        from sandbox import hosts as sandbox
 
         data = sandbox.connection(name)
         if data is None:

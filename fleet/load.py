@@ -29,7 +29,9 @@ from ruamel.yaml.comments import CommentedMap, CommentedSeq
 from ruamel.yaml.error import MarkedYAMLError, YAMLError
 from ruamel.yaml.reader import ReaderError
 
+from fleet.checks import check_capacity, check_fleet, check_warnings
 from fleet.problems import Finding, FleetError, Loc, Problem, suggest
+from fleet.sizing import resolve_model_files
 from fleet.spec import UNION_TAGS, Fleet
 
 
@@ -254,9 +256,6 @@ def load_text(text: str, file: str = "<fleet>", capacity: bool = True) -> Fleet:
         >>> load_text("version: 1\\nhosts: {}\\n").hosts
         {}
     """
-    from fleet.checks import check_capacity, check_fleet, check_warnings
-    from fleet.sizing import resolve_model_files
-
     raw, positions = parse_yaml(text, file)
     if not isinstance(raw, dict):
         line, column = positions.keys.get((), (1, 1))

@@ -41,6 +41,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+import aiohttp
+
 #: Kinds of failure a request can have (``http_<status>`` for any HTTP status other than 200).
 ERROR_KINDS = {
     "http_<status>": "the server answered with an HTTP error status",
@@ -224,8 +226,6 @@ def endpoint(base_url: str, api: str) -> str:
 
 def _error_kind(error: BaseException) -> str:
     """The :data:`ERROR_KINDS` kind of an exception raised while requesting."""
-    import aiohttp
-
     if isinstance(error, asyncio.TimeoutError | aiohttp.ServerTimeoutError):
         return "timeout"
     if isinstance(error, aiohttp.ClientConnectorError):
@@ -265,8 +265,6 @@ async def stream_request(
         result.ok, result.ttft, result.output_tokens
         # → (True, 0.031, 64)
     """
-    import aiohttp
-
     result = RequestResult(warmup=warmup)
     perf = time.perf_counter
     loads = json.loads

@@ -28,10 +28,35 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+)
 
-out = Console(highlight=False, width=None if os.isatty(1) else 140)
-err = Console(stderr=True, highlight=False)
+from cli.bench import report as reports
+from cli.bench.gpu import nvidia_smi_command
+from cli.bench.prompts import PromptError, load_jsonl, synthetic_prompts
+from cli.bench.runner import (
+    Options,
+    Runner,
+    Step,
+    Target,
+    parse_loads,
+    served_model,
+    server_tokenizer,
+)
+from cli.bench.stats import parse_slo
+from cli.bench.tunnel import Tunnel, TunnelError
+from cli.console import err, out
+from cli.remote import ssh_command
+from fleet.inventory import connection_data
+from fleet.load import load_fleet
+from fleet.problems import FleetError
+from fleet.secrets import read_secret
+from fleet.spec import Variant
 
 
 def add_parser(sub: Any, default_fleet: str) -> None:
@@ -99,8 +124,6 @@ def _default_requests(load: float) -> int:
 
 def steps_from_args(args: argparse.Namespace) -> list[Any]:
     """The load steps the options ask for (raises ValueError on a bad value)."""
-    from cli.bench.runner import Step, parse_loads
-
     if args.requests is not None and args.requests < 1:
         raise ValueError("--requests must be at least 1")
     if args.duration is not None and args.duration <= 0:
@@ -162,13 +185,6 @@ def resolve_target(args: argparse.Namespace) -> Iterator[Resolved]:
             notes=["no fleet host (--url): no GPU sampling"],
         )
         return
-    from cli.bench.gpu import nvidia_smi_command
-    from cli.bench.tunnel import Tunnel, TunnelError
-    from cli.remote import ssh_command
-    from fleet.inventory import connection_data
-    from fleet.load import FleetError, load_fleet
-    from fleet.render import read_secret
-    from fleet.spec import Variant
 
     try:
         fleet = load_fleet(args.fleet)
@@ -238,13 +254,6 @@ class RichProgress:
     """A rich progress bar on stderr: one bar per step, ok and failed counts."""
 
     def __init__(self) -> None:
-        from rich.progress import (
-            BarColumn,
-            MofNCompleteColumn,
-            Progress,
-            TextColumn,
-            TimeElapsedColumn,
-        )
 
         self.progress = Progress(
             TextColumn("{task.description:>24}"),
@@ -283,8 +292,6 @@ class RichProgress:
 
 
 def _prompts(args: argparse.Namespace, target: Any, notes: list[str]) -> list[Any]:
-    from cli.bench.prompts import load_jsonl, synthetic_prompts
-    from cli.bench.runner import server_tokenizer
 
     if args.prompts:
         return load_jsonl(args.prompts, args.output_len)
@@ -299,11 +306,6 @@ def _prompts(args: argparse.Namespace, target: Any, notes: list[str]) -> list[An
 
 def cmd_bench(args: argparse.Namespace) -> int:
     """Run the benchmark; exit 1 if it could not run or every request failed."""
-    from cli.bench import report as reports
-    from cli.bench.prompts import PromptError
-    from cli.bench.runner import Options, Runner, Target, served_model
-    from cli.bench.stats import parse_slo
-
     try:
         steps = steps_from_args(args)
         slo = parse_slo(args.slo) if args.slo else None

@@ -190,6 +190,7 @@ def write_csv(report: dict[str, Any], path: Path) -> None:
 
 def write_plot(report: dict[str, Any], path: Path) -> None:
     """A PNG: TTFT, TPOT and E2E percentiles, and throughput, against the load (knee marked)."""
+    # Imported here, not at the top: matplotlib takes ~0.5 s to import and only --plot needs it.
     import matplotlib
 
     matplotlib.use("Agg")

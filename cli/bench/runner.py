@@ -34,6 +34,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+import aiohttp
+
 from cli.bench import servermetrics
 from cli.bench.client import Prompt, RequestResult, endpoint, request_body, stream_request
 from cli.bench.gpu import GpuSampler, summarize_gpus
@@ -357,7 +359,6 @@ class Runner:
     async def _scrape(self, session: Any) -> servermetrics.Scrape | None:
         if not self._metrics_ok:
             return None
-        import aiohttp
 
         try:
             async with session.get(
@@ -424,8 +425,6 @@ class Runner:
 
     async def run(self, steps: list[Step]) -> list[StepRun]:
         """Run every step in order; return their results."""
-        import aiohttp
-
         connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=60)
         runs = []
         rng = random.Random(self.options.seed)

@@ -9,13 +9,12 @@ Example:
 from __future__ import annotations
 
 import json
-import sys
 from dataclasses import asdict
 from typing import Any
 
-from rich.console import Console
 from rich.table import Table
 
+from cli.console import err, out
 from cli.drift.compare import DRIFT, ERROR, NA, OK, Row, exit_status
 from cli.drift.gather import drift
 from fleet.problems import FleetError
@@ -32,8 +31,7 @@ def to_json(rows: list[Row]) -> str:
     return json.dumps({"status": status, "rows": [asdict(row) for row in rows]}, indent=2)
 
 
-def _table(rows: list[Row]) -> Any:
-
+def _table(rows: list[Row]) -> Table:
     colours = {OK: "green", DRIFT: "bold red", NA: "dim", ERROR: "bold magenta"}
     table = Table("host", "item", "expected", "actual", "status")
     for row in rows:
@@ -45,9 +43,6 @@ def _table(rows: list[Row]) -> Any:
 
 def cmd_drift(args: Any) -> int:
     """``fleet drift [FLEET] [--host H] [--json]``: exit 0 clean, 2 drift, 1 error."""
-
-    out = Console(highlight=False, width=None if sys.stdout.isatty() else 160)
-    err = Console(stderr=True, highlight=False)
     try:
         rows = drift(args.fleet, only=args.host,
                      progress=None if args.json else lambda n: err.print(f"checking {n}…"))

@@ -29,6 +29,8 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from aiohttp import web
+
 TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0)
 
 
@@ -137,8 +139,6 @@ class FakeServer:
 
     def app(self) -> Any:
         """The aiohttp application."""
-        from aiohttp import web
-
         app = web.Application()
         app.router.add_post("/v1/completions", self._complete)
         app.router.add_post("/v1/chat/completions", self._complete)
@@ -150,17 +150,14 @@ class FakeServer:
         return app
 
     async def _health(self, request: Any) -> Any:
-        from aiohttp import web
 
         return web.Response(text="")
 
     async def _models(self, request: Any) -> Any:
-        from aiohttp import web
 
         return web.json_response({"object": "list", "data": [{"id": "fake", "root": "fake"}]})
 
     async def _tokenize(self, request: Any) -> Any:
-        from aiohttp import web
 
         body = await request.json()
         tokens = []
@@ -172,13 +169,11 @@ class FakeServer:
         return web.json_response({"count": len(tokens), "tokens": tokens})
 
     async def _detokenize(self, request: Any) -> Any:
-        from aiohttp import web
 
         body = await request.json()
         return web.json_response({"prompt": " ".join(self._words[t] for t in body["tokens"])})
 
     async def _metrics(self, request: Any) -> Any:
-        from aiohttp import web
 
         lines = ["# TYPE vllm:time_to_first_token_seconds histogram"]
         labels = 'engine="0",model_name="fake"'
@@ -196,7 +191,6 @@ class FakeServer:
         return web.Response(text="\n".join(lines) + "\n")
 
     async def _complete(self, request: Any) -> Any:
-        from aiohttp import web
 
         self.authorizations.append(request.headers.get("Authorization"))
         body = await request.json()
@@ -264,8 +258,6 @@ class FakeServer:
 
     async def start_async(self) -> None:
         """Bind and start serving on the running loop."""
-        from aiohttp import web
-
         self._runner = web.AppRunner(self.app(), access_log=None)
         await self._runner.setup()
         site = web.TCPSite(self._runner, "127.0.0.1", self.port, backlog=1024)
