@@ -371,5 +371,5 @@ def _check_bind(path: tuple[str | int, ...], address: str) -> Iterator[Finding]:
     try:
         ipaddress.ip_address(address)
     except ValueError:
-        if not re.match(r"^[A-Za-z0-9.-]+$", address):
+        if not re.fullmatch(r"[A-Za-z0-9.-]+", address):
             yield ((*path, "host"), f"{address!r} is not an address to bind", "e.g. 127.0.0.1")

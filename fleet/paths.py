@@ -73,19 +73,31 @@ def previous_paths(server: str) -> tuple[str, str]:
     return f"{PREVIOUS_DIR}/{unit_name(server)}", f"{PREVIOUS_DIR}/{server}.env"
 
 
+#: Each server's own directories live below a ``servers/`` folder of their own, so that no
+#: server name can reach the tool's folders beside them (a server named ``models`` would
+#: otherwise get the verified model store as its StateDirectory, handed to the service user;
+#: one named ``previous`` the folder that restart-or-restore copies units back from).
+SERVERS = "servers"
+
+
 def state_dir(server: str) -> str:
-    """A server's ``StateDirectory=`` (relative to /var/lib) and its HOME below /var/lib."""
-    return f"vllm-fleet/{server}"
+    """A server's ``StateDirectory=`` (relative to /var/lib), its HOME below /var/lib.
+
+    Example:
+        >>> state_dir("models")
+        'vllm-fleet/servers/models'
+    """
+    return f"vllm-fleet/{SERVERS}/{server}"
 
 
 def cache_dir(server: str) -> str:
-    """A server's cache folder (TMPDIR, vLLM's and torch's caches live below it)."""
-    return f"/var/cache/vllm-fleet/{server}"
+    """A server's ``CacheDirectory=`` below /var/cache (TMPDIR, vLLM's and torch's caches)."""
+    return f"/var/cache/vllm-fleet/{SERVERS}/{server}"
 
 
 def runtime_dir(server: str) -> str:
     """A server's ``RuntimeDirectory=`` (relative to /run)."""
-    return f"vllm-fleet-{server}"
+    return f"vllm-fleet/{SERVERS}/{server}"
 
 
 def model_path(model: str) -> str:

@@ -138,7 +138,10 @@ def server_env(
     else:
         env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
         env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in server.gpus)
-    env.update(server.env)
+    env.update(
+        {key: secret(value) if isinstance(value, SecretRef) else value
+         for key, value in server.env.items()}
+    )
     if server.api_key is not None:
         env["VLLM_API_KEY"] = secret(server.api_key)
     return env
@@ -172,7 +175,8 @@ def render_unit(fleet: Fleet, host_name: str, name: str) -> str:
         user=SERVICE_USER,
         env_file=env_path(name),
         state_dir=state_dir(name),
-        cache_dirs=[state_dir(name), f"{state_dir(name)}/tmp"],
+        cache_dirs=[cache_dir(name).removeprefix("/var/cache/"),
+                    f"{cache_dir(name).removeprefix('/var/cache/')}/tmp"],
         runtime_dir=runtime_dir(name),
         exec_start=" ".join(systemd_quote(word) for word in command),
         python=f"{VENV_DIR}/bin/python",

@@ -31,10 +31,25 @@ from pydantic import (
 )
 
 from fleet import gpus as gpu_table
+from fleet.fields import (
+    EnvName,
+    HfRepo,
+    HostAddress,
+    LocalPath,
+    OneLine,
+    OptionWord,
+    SecretVariable,
+    SysctlKey,
+    SysctlValue,
+    UnixUser,
+    WheelRef,
+    http_url,
+    option_word,
+)
 
-SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
-#: Characters that would end a line of a unit or environment file (or cannot be in one).
-_LINE_BREAK = re.compile(r"[\n\r\x00]")
+SHA256_RE = re.compile(r"[0-9a-f]{64}")
+#: The SHA256 of zero bytes: what a checksum of an empty (failed) download looks like.
+EMPTY_SHA256 = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
 NAME_PATTERN = r"^[a-z0-9][a-z0-9._-]{0,62}$"
 Name = Annotated[str, Field(pattern=NAME_PATTERN)]
 ArgValue = bool | int | float | str | list[int | float | str]
@@ -90,7 +105,7 @@ class Nvidia(Strict):
 
     driver: str = Field(
         description='Driver branch ("535", "570") or an exact version ("570.172.08").',
-        pattern=r"^\d{3}(\.\d{1,3}){0,2}$",
+        pattern=r"^[0-9]{3}(\.[0-9]{1,3}){0,2}$",
     )
     persistence: bool = Field(True, description="Run nvidia-persistenced in persistence mode.")
     fabric_manager: Literal["auto"] | bool = Field(
@@ -104,7 +119,7 @@ class Nvidia(Strict):
         NVIDIA_REPOSITORY,
         description="Base URL of NVIDIA's CUDA apt repository (or a mirror of it); the deploy "
         "adds <distro>/<arch>/, e.g. ubuntu2404/x86_64/.",
-        pattern=r"^https?://[^\s]+[^/\s]$",
+        pattern=r"^https?://[!-~]+[!-.0-~]$",
     )
     repository_key: str = Field(
         NVIDIA_REPOSITORY_KEY,
@@ -129,21 +144,21 @@ class Os(Strict):
 
     nvidia: Nvidia | None = Field(None, description="NVIDIA driver; omit on hosts without GPUs.")
     cuda: str | None = Field(
-        None, description='CUDA toolkit version, e.g. "12.8".', pattern=r"^\d{2}\.\d$"
+        None, description='CUDA toolkit version, e.g. "12.8".', pattern=r"^[0-9]{2}\.[0-9]$"
     )
     python: str | None = Field(
         None,
         description='Python version of the vLLM venv, e.g. "3.11"; omit for the distro\'s python3.',
-        pattern=r"^3\.\d{1,2}$",
+        pattern=r"^3\.[0-9]{1,2}$",
     )
     python_mirror: str | None = Field(
         None,
         description="Mirror of uv's interpreter downloads (UV_PYTHON_INSTALL_MIRROR), used "
         "when os.python differs from the distro's python3, for sites without internet access.",
-        pattern=r"^(https?|file)://\S+$",
+        pattern=r"^(https?|file)://[!-~]+$",
     )
     cpu_governor: Governor | None = Field(None, description="CPU frequency governor to set.")
-    sysctl: dict[str, int | str] = Field(
+    sysctl: dict[SysctlKey, int | SysctlValue] = Field(
         default_factory=dict, description="Kernel parameters, written to a sysctl.d drop-in."
     )
     nofile: int = Field(
@@ -153,12 +168,11 @@ class Os(Strict):
         description="Open-file limit (LimitNOFILE) of the vLLM units, set through a drop-in.",
     )
 
-    @field_validator("sysctl")
+    @field_validator("python_mirror")
     @classmethod
-    def _sysctl_keys(cls, value: dict[str, int | str]) -> dict[str, int | str]:
-        for key in value:
-            if not re.match(r"^[a-z0-9_]+(\.[A-Za-z0-9_*-]+)+$", key):
-                raise ValueError(f"{key!r} is not a sysctl key (like vm.swappiness)")
+    def _python_mirror(cls, value: str | None) -> str | None:
+        if value is not None and not value.startswith("file://"):
+            http_url(value, "python_mirror")
         return value
 
 
@@ -167,7 +181,7 @@ class Vllm(Strict):
 
     version: str = Field(
         description='Exact vLLM release, e.g. "0.11.0" (never "latest").',
-        pattern=r"^\d+\.\d+\.\d+(\.post\d+)?$",
+        pattern=r"^[0-9]+\.[0-9]+\.[0-9]+(\.post[0-9]+)?$",
     )
     variant: Variant = Field(description="cu129 | cu130 | cpu")
     cpu_kvcache_space_gib: int = Field(
@@ -178,13 +192,21 @@ class Vllm(Strict):
         description="Package index with the CUDA builds of torch for a GPU variant; default: "
         "PyTorch's index for the variant (https://download.pytorch.org/whl/cu129). Point it at "
         "a mirror on sites without internet access.",
-        pattern=r"^(https?|file)://\S+$",
+        pattern=r"^(https?|file)://[!-~]+$",
     )
-    wheel: str | None = Field(
+    wheel: WheelRef | None = Field(
         None,
-        description="URL or host path of the vLLM wheel to install instead of the index's "
-        "(e.g. a release wheel built for cu129 when the index's default build is cu130).",
+        description="https URL or absolute host path of the vLLM wheel (.whl) to install "
+        "instead of the index's (e.g. a release wheel built for cu129 when the index's default "
+        "build is cu130).",
     )
+
+    @field_validator("extra_index_url")
+    @classmethod
+    def _index(cls, value: str | None) -> str | None:
+        if value is not None and not value.startswith("file://"):
+            http_url(value, "extra_index_url")
+        return value
 
     @property
     def torch_index(self) -> str | None:
@@ -314,7 +336,7 @@ class Model(Strict):
         None,
         description="HTTP(S) URL of an archive (.tar, .tar.gz, .tgz, .tar.zst) or single file.",
     )
-    file: str | None = Field(
+    file: LocalPath | None = Field(
         None,
         description="Archive or single file on the control machine (absolute path or ~/…), "
         "pushed to the hosts: for sites without internet.",
@@ -324,7 +346,7 @@ class Model(Strict):
         None,
         description="Unpack the download as a tar archive (default: by its name's suffix).",
     )
-    hf: str | None = Field(None, description='Hugging Face repo id, e.g. "Qwen/Qwen3-8B".')
+    hf: HfRepo | None = Field(None, description='Hugging Face repo id, e.g. "Qwen/Qwen3-8B".')
     revision: str | None = Field(None, description="Hugging Face commit, 40 hex digits.")
     endpoint: str | None = Field(
         None,
@@ -376,40 +398,49 @@ class Model(Strict):
     @field_validator("url")
     @classmethod
     def _url(cls, value: str | None) -> str | None:
-        if value is not None and not re.match(r"^https?://[^/\s]+/\S+$", value):
-            raise ValueError("must be an http:// or https:// URL of an archive")
+        if value is None:
+            return None
+        http_url(value)
+        if not re.fullmatch(r"https?://[^/]+/.+", value):
+            raise ValueError("must be the http:// or https:// URL of an archive or file")
         return value
 
     @field_validator("sha256")
     @classmethod
     def _sha256(cls, value: str | None) -> str | None:
-        if value is not None and not SHA256_RE.match(value):
+        if value is not None and not SHA256_RE.fullmatch(value):
             raise ValueError(
                 f"must be 64 lowercase hex digits (got {len(value)} characters); "
                 "copy it from the publisher or run sha256sum on the archive"
+            )
+        if value == EMPTY_SHA256:
+            raise ValueError(
+                "this is the SHA256 of an empty file (a failed download was hashed); run "
+                "sha256sum on the complete archive"
             )
         return value
 
     @field_validator("revision")
     @classmethod
     def _revision(cls, value: str | None) -> str | None:
-        if value is not None and not re.match(r"^[0-9a-f]{40}$", value):
+        if value is not None and not re.fullmatch(r"[0-9a-f]{40}", value):
             raise ValueError("must be a full 40-hex commit id, not a branch or tag")
         return value
 
     @field_validator("file")
     @classmethod
     def _file(cls, value: str | None) -> str | None:
-        if value is not None and not (value.startswith(("/", "~/"))):
+        if value is not None and not value.startswith(("/", "~/")):
             raise ValueError("give the file's absolute path on the control machine (or ~/…)")
         return value
 
     @field_validator("endpoint")
     @classmethod
     def _endpoint(cls, value: str | None) -> str | None:
-        if value is not None and not re.match(r"^https?://[^/\s]+(/\S*)?$", value):
-            raise ValueError("must be an http:// or https:// URL, e.g. https://hf-mirror.internal")
-        return value.rstrip("/") if value is not None else None
+        if value is None:
+            return None
+        http_url(value, "endpoint")
+        return value.rstrip("/")
 
     @model_validator(mode="after")
     def _source(self) -> Model:
@@ -438,16 +469,18 @@ class Model(Strict):
 class Ssh(Strict):
     """How pyinfra reaches a host."""
 
-    user: str = Field("root", description="SSH user (root, or one with passwordless sudo).")
+    user: UnixUser = Field("root", description="SSH user (root, or one with passwordless sudo).")
     port: int = Field(22, ge=1, le=65535, description="SSH port.")
-    key: str | None = Field(None, description="Path of the private key on the control machine.")
+    key: LocalPath | None = Field(
+        None, description="Path of the private key on the control machine (absolute or ~/…)."
+    )
 
 
 class Gpus(Strict):
     """The GPUs a host has."""
 
     count: int = Field(0, ge=0, le=64, description="Number of GPUs.")
-    model: str | None = Field(
+    model: OneLine | None = Field(
         None,
         description='GPU model, e.g. "RTX 4090 D", "H100 SXM"; a model in the built-in table '
         "gives memory_gib.",
@@ -516,8 +549,12 @@ class Gpus(Strict):
 class SecretRef(Strict):
     """A secret kept on the control machine: an environment variable or a file, never inline."""
 
-    env: str | None = Field(None, description="Environment variable that holds the secret.")
-    file: str | None = Field(None, description="File whose content (stripped) is the secret.")
+    env: SecretVariable | None = Field(
+        None, description="Environment variable that holds the secret."
+    )
+    file: LocalPath | None = Field(
+        None, description="File whose content (stripped) is the secret (absolute or ~/…)."
+    )
 
     @model_validator(mode="after")
     def _one(self) -> SecretRef:
@@ -534,6 +571,26 @@ RESERVED_ARGS = {
     "served-model-name": "the server's served_model_name key",
     "api-key": "the server's api_key key (a secret reference)",
 }
+
+
+#: Flags and environment variables that carry secrets: never inline in the fleet file.
+SECRET_NAME = re.compile(
+    r"(?:^|[-_])(token|password|passwd|secret|api[-_]?key|credentials?)(?:$|[-_])", re.IGNORECASE
+)
+#: Environment variables vllm-fleet sets itself, and which key of the fleet file decides each.
+RESERVED_ENV = {
+    "CUDA_VISIBLE_DEVICES": "the server's gpus key",
+    "CUDA_DEVICE_ORDER": "vllm-fleet (PCI bus order, as nvidia-smi numbers the GPUs)",
+    "VLLM_API_KEY": "the server's api_key key (a secret reference)",
+    "VLLM_CPU_KVCACHE_SPACE": "vllm.cpu_kvcache_space_gib",
+    **dict.fromkeys(
+        ["HOME", "TMPDIR", "XDG_CACHE_HOME", "VLLM_CACHE_ROOT", "HF_HOME",
+         "TORCHINDUCTOR_CACHE_DIR", "VLLM_RPC_BASE_PATH"],
+        "vllm-fleet (the unit's own directories, the only ones its hardening lets it write)",
+    ),
+}  # fmt: skip
+#: Server names that would reach vllm-fleet's own units (``vllm-fleet-cpu-governor.service``).
+RESERVED_SERVER_PREFIX = "fleet-"
 
 
 def _off_flags(key: str) -> str:
@@ -560,14 +617,24 @@ class Server(Strict):
     )
     port: int = Field(ge=1, le=65535, description="TCP port of the OpenAI-compatible API.")
     host: str = Field("127.0.0.1", description="Address to bind; 0.0.0.0 to serve the network.")
-    served_model_name: str | None = Field(
+    served_model_name: OptionWord | None = Field(
         None, description="Name clients ask for; defaults to the model key."
     )
     args: dict[str, ArgValue] = Field(
         default_factory=dict,
         description="vLLM flags by long name without dashes; true means a bare flag.",
     )
-    env: dict[str, str] = Field(default_factory=dict, description="Extra environment variables.")
+    env: dict[
+        EnvName,
+        Annotated[
+            Annotated[OneLine, Tag(TEXT_FORM)] | Annotated[SecretRef, Tag(MAPPING_FORM)],
+            Discriminator(_form),
+        ],
+    ] = Field(
+        default_factory=dict,
+        description="Extra environment variables; a secret (a token) by reference: "
+        "{env: NAME} or {file: PATH}, written only to the server's 0600 environment file.",
+    )
     api_key: SecretRef | None = Field(None, description="API key for /v1/*, from a secret.")
     worker_hosts: list[Annotated[str, Field(pattern=NAME_PATTERN)]] = Field(
         default_factory=list,
@@ -582,16 +649,24 @@ class Server(Strict):
         for key, arg in value.items():
             if key.startswith("-"):
                 raise ValueError(f"write {key.lstrip('-')!r} without the leading dashes")
-            if not re.match(r"^[a-z0-9]+(-[a-z0-9]+)*$", key):
+            if not re.fullmatch(r"[a-z0-9]+(-[a-z0-9]+)*", key):
                 raise ValueError(f"{key!r} is not a vLLM long flag name (like max-model-len)")
             if key in RESERVED_ARGS:
                 raise ValueError(f"{key!r} is set by {RESERVED_ARGS[key]}, not by args")
+            if SECRET_NAME.search(key):
+                variable = "HF_TOKEN" if key == "hf-token" else key.upper().replace("-", "_")
+                raise ValueError(
+                    f"{key} carries a secret: it would be on the unit's command line (a 0644 file) "
+                    f"and in every process list; give it as env: {{{variable}: {{env: NAME}}}} "
+                    "instead (read on the control machine, written only to the 0600 "
+                    "environment file)"
+                )
             if arg is False:
                 raise ValueError(f"{key}: false — leave the flag out for vLLM's default; to "
                                  f"turn it off, write {_off_flags(key)}: true")
             for item in arg if isinstance(arg, list) else [arg]:
-                if isinstance(item, str) and _LINE_BREAK.search(item):
-                    raise ValueError(f"{key}: a flag value must fit on one line of the unit")
+                if isinstance(item, str):
+                    option_word(item, f"{key}: a flag value")
         for name in ("tensor-parallel-size", "pipeline-parallel-size"):
             size = value.get(name)
             if size is not None and (isinstance(size, bool) or not isinstance(size, int)):
@@ -608,18 +683,15 @@ class Server(Strict):
     @field_validator("env")
     @classmethod
     def _env(cls, value: dict[str, str]) -> dict[str, str]:
-        for key in value:
-            if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", key):
-                raise ValueError(f"{key!r} is not an environment variable name")
-            if _LINE_BREAK.search(value[key]):
-                raise ValueError(f"{key}: an environment value must fit on one line")
-        return value
-
-    @field_validator("served_model_name")
-    @classmethod
-    def _served_model_name(cls, value: str | None) -> str | None:
-        if value is not None and _LINE_BREAK.search(value):
-            raise ValueError("the served model name must fit on one line of the unit")
+        for key, item in value.items():
+            if key in RESERVED_ENV:
+                raise ValueError(f"{key} is set by {RESERVED_ENV[key]}, not by env")
+            if isinstance(item, str) and SECRET_NAME.search(key):
+                raise ValueError(
+                    f"{key} holds a secret: write {key}: {{env: NAME}} (or {{file: PATH}}) so "
+                    "that it stays out of the fleet file and is written only to the server's "
+                    "0600 environment file"
+                )
         return value
 
     @property
@@ -676,7 +748,7 @@ class Defaults(Strict):
 class Host(Strict):
     """One machine and the servers it runs."""
 
-    address: str = Field(
+    address: HostAddress = Field(
         description="IP address or DNS name; 'sandbox' for a local systemd container."
     )
     ssh: Ssh = Field(default_factory=Ssh)
@@ -684,6 +756,17 @@ class Host(Strict):
     os: Os = Field(default_factory=Os)
     vllm: Vllm = Field(description="The pinned vLLM build.")
     servers: dict[Name, Server] = Field(default_factory=dict, description="vLLM servers by name.")
+
+    @field_validator("servers")
+    @classmethod
+    def _server_names(cls, value: dict[str, Server]) -> dict[str, Server]:
+        for name in value:
+            if name.startswith(RESERVED_SERVER_PREFIX):
+                raise ValueError(
+                    f"server name {name!r}: names beginning with {RESERVED_SERVER_PREFIX!r} are "
+                    f"vllm-fleet's own units (vllm-{name}.service could be one); rename it"
+                )
+        return value
 
     @property
     def is_sandbox(self) -> bool:

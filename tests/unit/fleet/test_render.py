@@ -375,7 +375,7 @@ def test_env_keeps_the_hub_offline(plans, case):
 )
 @pytest.mark.parametrize("case", ALL_SERVERS, ids=ident)
 def test_env_points_caches_at_the_server_cache_dir(plans, case, variable):
-    assert env_of(plans, case)[variable].startswith(f"/var/cache/vllm-fleet/{case[1]}")
+    assert env_of(plans, case)[variable].startswith(f"/var/cache/vllm-fleet/servers/{case[1]}")
 
 
 def test_env_file_carries_the_api_key(plans):

@@ -1,0 +1,239 @@
+"""The typed strings of the fleet file: every value that reaches a host file, a command line or
+an ssh_config is one of these.
+
+The fleet file is a trust boundary (the deploy runs as root on every host, and the file is
+written by many hands). Each type matches the *whole* string (``re.fullmatch``: Python's ``$``
+also matches before a trailing newline), refuses control characters, and says what to write
+instead. ASCII classes only (``[0-9]``, not ``\\d``, which also takes full-width digits).
+
+Example:
+    >>> from pydantic import TypeAdapter, ValidationError
+    >>> TypeAdapter(HostAddress).validate_python("gpu-01.example.com")
+    'gpu-01.example.com'
+    >>> try:
+    ...     TypeAdapter(HostAddress).validate_python("ubuntu@10.0.0.11")
+    ... except ValidationError as error:
+    ...     print(error.errors()[0]["msg"])
+    Value error, 'ubuntu@10.0.0.11' is not an IP address or host name: put the user in ssh.user
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+import unicodedata
+from typing import Annotated
+
+from pydantic import AfterValidator
+
+#: Characters no value of the fleet file may hold outside free text (C0, DEL, C1, line and
+#: paragraph separators, and the invisible formatting characters such as zero-width spaces).
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029\u200b-\u200f\u2060\ufeff]")
+
+_HOST_LABEL = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?")
+_USER = re.compile(r"[a-z_][a-z0-9_-]{0,31}")
+_PATH = re.compile(r"(?:/|~/)[A-Za-z0-9._/+@-]*")
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
+_SYSCTL_KEY = re.compile(r"[a-z0-9_]+(?:\.[A-Za-z0-9_*-]+)+")
+_SYSCTL_VALUE = re.compile(r"[A-Za-z0-9 ._:,+-]{1,256}")
+_URL = re.compile(r"(https?)://([A-Za-z0-9.-]+|\[[0-9A-Fa-f:.]+\])(:[0-9]{1,5})?(/[!-~]*)?")
+_HF_REPO = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,95}/[A-Za-z0-9][A-Za-z0-9._-]{0,95}")
+_NEGATIVE_NUMBER = re.compile(r"-[0-9]+(\.[0-9]+)?")
+
+
+def describe(char: str) -> str:
+    """A character as a person can find it: ``'\\xa0'`` → ``U+00A0 NO-BREAK SPACE``.
+
+    Example:
+        >>> describe("\\n"), describe("\\u200b")
+        ('U+000A (a line break)', 'U+200B ZERO WIDTH SPACE')
+    """
+    if char in "\n\r\u2028\u2029":
+        return f"U+{ord(char):04X} (a line break)"
+    return f"U+{ord(char):04X} {unicodedata.name(char, 'control character')}"
+
+
+def refuse_control(value: str, what: str = "the value") -> str:
+    """``value``, or ValueError naming the first control or invisible character in it.
+
+    Example:
+        >>> refuse_control("ok")
+        'ok'
+        >>> refuse_control("x\\nUser=root", "a flag value")
+        Traceback (most recent call last):
+        ...
+        ValueError: a flag value cannot hold U+000A (a line break) (at position 2): it would end the line it is written on; write it on one line
+    """  # noqa: E501
+    found = _CONTROL.search(value)
+    if found:
+        raise ValueError(
+            f"{what} cannot hold {describe(found.group())} (at position {found.start() + 1}): "
+            "it would end the line it is written on; write it on one line"
+            if found.group() in "\n\r\u2028\u2029"
+            else f"{what} cannot hold {describe(found.group())} (at position "
+            f"{found.start() + 1}); retype it without that character"
+        )
+    return value
+
+
+def _host_address(value: str) -> str:
+    refuse_control(value, "an address")
+    if value == "sandbox":
+        return value
+    try:
+        ipaddress.ip_address(value)
+        return value
+    except ValueError:
+        pass
+    if "@" in value:
+        raise ValueError(f"{value!r} is not an IP address or host name: put the user in ssh.user")
+    if re.fullmatch(r"[^:]+:[0-9]+", value):
+        raise ValueError(f"{value!r} is not an IP address or host name: put the port in ssh.port")
+    labels = value.rstrip(".").split(".")
+    if len(value) > 253 or not all(_HOST_LABEL.fullmatch(label) for label in labels):
+        raise ValueError(
+            f"{value!r} is not an IP address or host name (letters, digits and hyphens between "
+            "dots, as in gpu-01.example.com)"
+        )
+    return value
+
+
+def _user(value: str) -> str:
+    refuse_control(value, "a user name")
+    if not _USER.fullmatch(value):
+        raise ValueError(f"{value!r} is not a user name (lowercase letters, digits, _ and -)")
+    return value
+
+
+def _local_path(value: str) -> str:
+    refuse_control(value, "a path")
+    if not _PATH.fullmatch(value):
+        raise ValueError(
+            f"{value!r}: give its absolute path on the control machine (or ~/…), of letters, "
+            "digits and . _ / + @ -"
+        )
+    return value
+
+
+def _env_name(value: str) -> str:
+    refuse_control(value, "a variable name")
+    if not _ENV_NAME.fullmatch(value):
+        raise ValueError(
+            f"{value!r} is not an environment variable name (letters, digits and _, not "
+            "starting with a digit)"
+        )
+    return value
+
+
+def _secret_variable(value: str) -> str:
+    if not _ENV_NAME.fullmatch(value):
+        # Never echo it: a secret pasted where its variable's *name* belongs is still a secret.
+        raise ValueError(
+            "not an environment variable name (letters, digits and _, not starting with a "
+            "digit); name the variable that holds the secret, never the secret itself"
+        )
+    return value
+
+
+def _sysctl_key(value: str) -> str:
+    if not _SYSCTL_KEY.fullmatch(value):
+        raise ValueError(f"{value!r} is not a sysctl key (like vm.swappiness)")
+    return value
+
+
+def _sysctl_value(value: str) -> str:
+    refuse_control(value, "a sysctl value")
+    if not _SYSCTL_VALUE.fullmatch(value):
+        raise ValueError(
+            f"{value!r}: a sysctl value here is a number, or words of letters, digits and "
+            "space . _ : , + - (e.g. \"4096 87380 6291456\")"
+        )
+    return value
+
+
+def http_url(value: str, what: str = "a URL") -> str:
+    """An http(s) URL of printable ASCII with no user or password in it.
+
+    Example:
+        >>> http_url("https://models.example/q.tar.gz")
+        'https://models.example/q.tar.gz'
+        >>> http_url("https://me:pw@models.example/q.tar.gz")
+        Traceback (most recent call last):
+        ...
+        ValueError: a URL cannot carry a user or password (they would be on command lines and in logs); give the credentials as a secret reference (token: {env: NAME})
+    """  # noqa: E501
+    refuse_control(value, what)
+    head = value.split("/", 3)[2] if value.count("/") >= 2 else ""
+    if "@" in head:
+        raise ValueError(
+            f"{what} cannot carry a user or password (they would be on command lines and in "
+            "logs); give the credentials as a secret reference (token: {env: NAME})"
+        )
+    if not _URL.fullmatch(value):
+        raise ValueError(f"{value!r} is not an http:// or https:// URL")
+    return value
+
+
+def _wheel(value: str) -> str:
+    refuse_control(value, "a wheel")
+    if value.startswith("https://"):
+        http_url(value, "a wheel URL")
+    elif not _PATH.fullmatch(value) or not value.startswith("/"):
+        raise ValueError(
+            f"{value!r}: give an https:// URL or an absolute path on the host of a .whl file"
+        )
+    if not value.split("?", 1)[0].endswith(".whl"):
+        raise ValueError(f"{value!r} does not name a .whl file")
+    return value
+
+
+def _hf_repo(value: str) -> str:
+    refuse_control(value, "a repo id")
+    if value.startswith(("http://", "https://")):
+        tail = "/".join(value.split("/")[3:5])
+        raise ValueError(f"give the repo id, not its URL: hf: {tail!r}")
+    if not _HF_REPO.fullmatch(value):
+        raise ValueError(f"{value!r} is not a Hugging Face repo id (like Qwen/Qwen3-8B)")
+    return value
+
+
+def option_word(value: str, what: str = "the value") -> str:
+    """A word that goes on a command line as a value: it may not look like an option.
+
+    A value or list item that began with ``-`` would be read as a flag of its own
+    (``["*", "--host", "0.0.0.0"]`` would bind every interface past every check). Negative
+    numbers are fine.
+
+    Example:
+        >>> option_word("auto"), option_word("-1")
+        ('auto', '-1')
+        >>> option_word("--host")
+        Traceback (most recent call last):
+        ...
+        ValueError: the value cannot begin with '-' ('--host' would be read as an option of its own); set that option through its own key, or quote it differently
+    """  # noqa: E501
+    refuse_control(value, what)
+    if value.startswith("-") and not _NEGATIVE_NUMBER.fullmatch(value):
+        raise ValueError(
+            f"{what} cannot begin with '-' ({value!r} would be read as an option of its own); "
+            "set that option through its own key, or quote it differently"
+        )
+    return value
+
+
+def _one_line(value: str) -> str:
+    return refuse_control(value)
+
+
+HostAddress = Annotated[str, AfterValidator(_host_address)]
+UnixUser = Annotated[str, AfterValidator(_user)]
+LocalPath = Annotated[str, AfterValidator(_local_path)]
+EnvName = Annotated[str, AfterValidator(_env_name)]
+SecretVariable = Annotated[str, AfterValidator(_secret_variable)]
+SysctlKey = Annotated[str, AfterValidator(_sysctl_key)]
+SysctlValue = Annotated[str, AfterValidator(_sysctl_value)]
+HttpUrl = Annotated[str, AfterValidator(http_url)]
+WheelRef = Annotated[str, AfterValidator(_wheel)]
+HfRepo = Annotated[str, AfterValidator(_hf_repo)]
+OptionWord = Annotated[str, AfterValidator(option_word)]
+OneLine = Annotated[str, AfterValidator(_one_line)]
