@@ -20,6 +20,7 @@ from enum import Enum
 from typing import Annotated, Any, Literal
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     ConfigDict,
     Discriminator,
@@ -593,6 +594,18 @@ RESERVED_ENV = {
 RESERVED_SERVER_PREFIX = "fleet-"
 
 
+def _server_name(name: str) -> str:
+    if name.startswith(RESERVED_SERVER_PREFIX):
+        raise ValueError(
+            f"server name {name!r}: names beginning with {RESERVED_SERVER_PREFIX!r} are "
+            f"vllm-fleet's own units (vllm-{name}.service could be one); rename it"
+        )
+    return name
+
+
+ServerName = Annotated[Name, AfterValidator(_server_name)]
+
+
 def _off_flags(key: str) -> str:
     """The flag(s) that turn a vLLM switch off, by release.
 
@@ -755,18 +768,9 @@ class Host(Strict):
     gpus: Gpus = Field(default_factory=Gpus)
     os: Os = Field(default_factory=Os)
     vllm: Vllm = Field(description="The pinned vLLM build.")
-    servers: dict[Name, Server] = Field(default_factory=dict, description="vLLM servers by name.")
-
-    @field_validator("servers")
-    @classmethod
-    def _server_names(cls, value: dict[str, Server]) -> dict[str, Server]:
-        for name in value:
-            if name.startswith(RESERVED_SERVER_PREFIX):
-                raise ValueError(
-                    f"server name {name!r}: names beginning with {RESERVED_SERVER_PREFIX!r} are "
-                    f"vllm-fleet's own units (vllm-{name}.service could be one); rename it"
-                )
-        return value
+    servers: dict[ServerName, Server] = Field(
+        default_factory=dict, description="vLLM servers by name."
+    )
 
     @property
     def is_sandbox(self) -> bool:
