@@ -36,7 +36,7 @@ def systemd_quote(word: str) -> str:
         ...
         ValueError: a command-line word cannot hold U+000A (a line break) (at position 2): it would end the line it is written on; write it on one line
     """  # noqa: E501
-    refuse_control(word, "a command-line word")
+    refuse_control(word.replace("\t", " "), "a command-line word")  # a tab is fine in quotes
     word = word.replace("%", "%%").replace("$", "$$")
     if _SAFE.fullmatch(word):
         return word
