@@ -19,6 +19,7 @@ from collections import defaultdict
 from collections.abc import Iterator
 
 from fleet import gpus as gpu_table
+from fleet import releases
 from fleet.flags import flag_problems, flag_warnings
 from fleet.plan import chunked_prefill, plan_fleet
 from fleet.problems import Finding, suggest
@@ -28,8 +29,10 @@ from fleet.spec import MIN_DRIVER_FOR_VARIANT, Fleet, Host, Server, Variant
 def check_fleet(fleet: Fleet) -> Iterator[Finding]:
     """Every cross-field problem of ``fleet``, in file order of hosts and servers."""
     sandbox_ports: dict[int, tuple[str, str]] = {}
+    yield from _check_addresses(fleet)
     for name, host in fleet.hosts.items():
         yield from _check_gpu_table(name, host)
+        yield from _check_stack(name, host)
         yield from _check_host(fleet, name, host)
         if host.is_sandbox:
             for server_name, server in host.servers.items():
@@ -106,7 +109,11 @@ def _check_host(fleet: Fleet, name: str, host: Host) -> Iterator[Finding]:
         if host.ssh.port == server.port and not host.is_sandbox:
             yield ((*sbase, "port"), f"port {server.port} is the host's SSH port", None)
         yield from _check_bind(sbase, server.host)
+        yield from _check_unit_limits(sbase, server, host)
         yield from flag_problems(sbase, server, host.vllm.version)
+        # These hold for every build, the cpu one included.
+        yield from _check_workers(fleet, name, host, sbase, server)
+        yield from _check_model_limits(fleet, sbase, server)
         if variant is Variant.cpu:
             if server.gpus:
                 yield (
@@ -129,20 +136,20 @@ def _check_host(fleet: Fleet, name: str, host: Host) -> Iterator[Finding]:
                     None,
                 )
         nodes = 1 + len(set(server.worker_hosts))
-        if server.parallel_size != len(set(server.gpus)) * nodes:
+        if server.gpus_needed != len(set(server.gpus)) * nodes:
             tp = server.args.get("tensor-parallel-size", 1)
             pp = server.args.get("pipeline-parallel-size", 1)
             given = f"{len(set(server.gpus))} GPUs are given"
             if nodes > 1:
                 given = f"{len(set(server.gpus))} GPUs on each of {nodes} hosts are given"
-            yield (
-                (*sbase, "gpus"),
-                f"tensor-parallel-size × pipeline-parallel-size = {tp} × {pp} = "
-                f"{server.parallel_size}, but {given}",
-                "list as many GPUs as TP × PP, or set tensor-parallel-size",
-            )
-        yield from _check_workers(fleet, name, host, sbase, server)
-        yield from _check_model_limits(fleet, sbase, server)
+            if server.dp > 1:
+                product = (f"tensor-parallel-size × pipeline-parallel-size × data-parallel-size = "
+                           f"{tp} × {pp} × {server.dp}")
+                hint = "list as many GPUs as TP × PP × DP (each data-parallel rank has its own)"
+            else:
+                product = f"tensor-parallel-size × pipeline-parallel-size = {tp} × {pp}"
+                hint = "list as many GPUs as TP × PP, or set tensor-parallel-size"
+            yield ((*sbase, "gpus"), f"{product} = {server.gpus_needed}, but {given}", hint)
         for index in set(server.gpus):
             shares[index].append((server_name, server.gpu_memory_utilization))
 
@@ -220,7 +227,7 @@ def _check_workers(
                 f"this host {host.vllm.version} {host.vllm.variant.value}",
                 "a Ray cluster needs one vLLM build on every node",
             )
-        elif max(server.gpus, default=0) >= other.gpus.count:
+        elif server.gpus and max(server.gpus) >= other.gpus.count:
             yield (
                 path,
                 f"host {worker!r} has {other.gpus.count} GPUs, fewer than this server's "
@@ -373,3 +380,112 @@ def _check_bind(path: tuple[str | int, ...], address: str) -> Iterator[Finding]:
     except ValueError:
         if not re.fullmatch(r"[A-Za-z0-9.-]+", address):
             yield ((*path, "host"), f"{address!r} is not an address to bind", "e.g. 127.0.0.1")
+
+
+def _check_addresses(fleet: Fleet) -> Iterator[Finding]:
+    """Two hosts of a fleet cannot be one machine (their units and ports would collide)."""
+    seen: dict[tuple[str, int], str] = {}
+    for name, host in fleet.hosts.items():
+        if host.is_sandbox:
+            continue
+        key = (host.address.lower().rstrip("."), host.ssh.port)
+        if key in seen:
+            yield (
+                ("hosts", name, "address"),
+                f"host {seen[key]!r} has the same address {host.address} (and SSH port)",
+                "give each machine one entry; several servers go under one host's servers:",
+            )
+        else:
+            seen[key] = name
+
+
+def _check_stack(name: str, host: Host) -> Iterator[Finding]:
+    """The declared stack exists and fits together: driver branch, CUDA, Python, fabric manager."""
+    base = ("hosts", name, "os")
+    nvidia = host.os.nvidia
+    if nvidia is not None and not releases.driver_branch_known(nvidia.branch):
+        plausible = nvidia.branch % 5 == 0 and nvidia.branch <= releases.NEWEST_BRANCH + 30
+        if not plausible or nvidia.branch < releases.NEWEST_BRANCH:
+            shown = ", ".join(str(b) for b in sorted(releases.DRIVER_BRANCHES)[-6:])
+            yield (
+                (*base, "nvidia", "driver"),
+                f"NVIDIA has no Linux driver branch {nvidia.branch}",
+                f"use one of its branches ({shown}, …) or an exact version of one",
+            )
+    if host.os.cuda is not None:
+        major = int(host.os.cuda.split(".")[0])
+        need = releases.MIN_DRIVER_FOR_CUDA.get(major)
+        if need is None:
+            yield ((*base, "cuda"), f"CUDA {host.os.cuda} is not a CUDA release vllm-fleet "
+                   "knows", f"use {', '.join(f'{m}.x' for m in releases.MIN_DRIVER_FOR_CUDA)}")
+        elif nvidia is not None and nvidia.branch < need:
+            yield (
+                (*base, "cuda"),
+                f"CUDA {host.os.cuda} needs driver ≥ {need}; the host declares driver "
+                f"{nvidia.driver}",
+                f"declare a {major - 1}.x toolkit, or a driver ≥ {need}"
+                if major - 1 in releases.MIN_DRIVER_FOR_CUDA
+                else f"declare a driver ≥ {need}",
+            )
+    if host.os.python is not None:
+        wanted = tuple(int(part) for part in host.os.python.split("."))
+        limits = releases.python_range(host.vllm.version)
+        if limits is not None and not limits[0] <= wanted < limits[1]:
+            (lo_major, lo_minor), (hi_major, hi_minor) = limits
+            yield (
+                (*base, "python"),
+                f"vLLM {host.vllm.version} installs on Python {lo_major}.{lo_minor} to "
+                f"{hi_major}.{hi_minor - 1}, not {host.os.python}",
+                f'declare python: "{lo_major}.{lo_minor}" or newer (quoted)',
+            )
+    model = host.gpus.table_model
+    if nvidia is not None and nvidia.fabric_manager is True and model and not model.nvswitch:
+        yield (
+            (*base, "nvidia", "fabric_manager"),
+            f"the {model.name} does not come on NVSwitch boards: the fabric manager would not "
+            "start there",
+            "leave fabric_manager: auto (it is installed where lspci shows NVSwitches)",
+        )
+
+
+#: Folders the unit's hardening hides from the server: ProtectHome=yes, PrivateTmp=yes.
+HIDDEN_BY_HARDENING = {
+    "/home/": "ProtectHome=yes hides /home",
+    "/root/": "ProtectHome=yes hides /root",
+    "/run/user/": "ProtectHome=yes hides /run/user",
+    "/tmp/": "PrivateTmp=yes gives the server its own empty /tmp",
+    "/var/tmp/": "PrivateTmp=yes gives the server its own empty /var/tmp",
+}
+
+
+def _check_unit_limits(
+    sbase: tuple[str | int, ...], server: Server, host: Host
+) -> Iterator[Finding]:
+    """What the hardened unit allows: no capabilities, hidden folders, the GPUs' dtypes."""
+    if server.port < 1024:
+        yield (
+            (*sbase, "port"),
+            f"port {server.port} needs a capability the server does not have (it runs as an "
+            "unprivileged user with an empty CapabilityBoundingSet)",
+            "use a port ≥ 1024, with a proxy or the router in front for 80/443",
+        )
+    for key, value in server.args.items():
+        for item in value if isinstance(value, list) else [value]:
+            if not isinstance(item, str):
+                continue
+            for prefix, why in HIDDEN_BY_HARDENING.items():
+                if item.startswith(prefix) or item == prefix.rstrip("/"):
+                    yield (
+                        (*sbase, "args", key),
+                        f"{item}: the server cannot see it ({why})",
+                        "put the file under /srv or /opt, readable by the vllm user",
+                    )
+    model = host.gpus.table_model
+    dtype = str(server.args.get("dtype", ""))
+    if model is not None and dtype in ("bfloat16", "bf16") and not model.bf16:
+        major, minor = model.capability
+        yield (
+            (*sbase, "args", "dtype"),
+            f"the {model.name} (compute capability {major}.{minor}) has no bfloat16",
+            "use dtype: float16 (or leave dtype out: vLLM casts bf16 checkpoints there)",
+        )

@@ -37,10 +37,11 @@ DRIVER_RESERVED_GIB = 0.5
 
 @dataclass(frozen=True)
 class GpuModel:
-    """One GPU model: its canonical name, other names it goes by, and its memory.
+    """One GPU model: its canonical name, other names it goes by, its memory, its CUDA compute
+    capability and whether it comes on NVSwitch boards (HGX/DGX: the fabric manager's job).
 
     Example:
-        >>> GpuModel("L4", 23034, 24).memory_gib
+        >>> GpuModel("L4", 23034, 24, capability=(8, 9)).memory_gib
         22.494140625
     """
 
@@ -48,6 +49,13 @@ class GpuModel:
     memory_mib: int
     marketed_gb: int
     aliases: tuple[str, ...] = ()
+    capability: tuple[int, int] = (0, 0)
+    nvswitch: bool = False
+
+    @property
+    def bf16(self) -> bool:
+        """bfloat16 needs compute capability 8.0 (Ampere) or newer."""
+        return self.capability >= (8, 0)
 
     @property
     def memory_gib(self) -> float:
@@ -57,29 +65,46 @@ class GpuModel:
 
 #: nvidia-smi's memory.total per model (MiB), seen on real hosts; the marketed size beside it.
 GPU_MODELS: tuple[GpuModel, ...] = (
-    GpuModel("RTX 3090", 24576, 24, ("GeForce RTX 3090",)),
-    GpuModel("RTX 4090", 24564, 24, ("GeForce RTX 4090",)),
-    GpuModel("RTX 4090 D", 24564, 24, ("GeForce RTX 4090 D", "RTX 4090D")),
-    GpuModel("RTX 5090", 32607, 32, ("GeForce RTX 5090",)),
-    GpuModel("RTX A6000", 49140, 48),
-    GpuModel("RTX 6000 Ada", 49140, 48, ("RTX 6000 Ada Generation",)),
-    GpuModel("T4", 15360, 16, ("Tesla T4",)),
-    GpuModel("A10", 23028, 24),
-    GpuModel("L4", 23034, 24),
-    GpuModel("L40", 46068, 48),
-    GpuModel("L40S", 46068, 48),
-    GpuModel("A40", 46068, 48),
+    GpuModel("RTX 3090", 24576, 24, ("GeForce RTX 3090",), capability=(8, 6)),
+    GpuModel("RTX 4090", 24564, 24, ("GeForce RTX 4090",), capability=(8, 9)),
+    GpuModel("RTX 4090 D", 24564, 24, ("GeForce RTX 4090 D", "RTX 4090D"), capability=(8, 9)),
+    GpuModel("RTX 5090", 32607, 32, ("GeForce RTX 5090",), capability=(12, 0)),
+    GpuModel("RTX A6000", 49140, 48, capability=(8, 6)),
+    GpuModel("RTX 6000 Ada", 49140, 48, ("RTX 6000 Ada Generation",), capability=(8, 9)),
+    GpuModel("T4", 15360, 16, ("Tesla T4",), capability=(7, 5)),
+    GpuModel("A10", 23028, 24, capability=(8, 6)),
+    GpuModel("L4", 23034, 24, capability=(8, 9)),
+    GpuModel("L40", 46068, 48, capability=(8, 9)),
+    GpuModel("L40S", 46068, 48, capability=(8, 9)),
+    GpuModel("A40", 46068, 48, capability=(8, 6)),
     GpuModel(
-        "A100 40GB", 40960, 40, ("A100-SXM4-40GB", "A100-PCIE-40GB", "A100 PCIe 40GB")
+        "A100 40GB",
+        40960,
+        40,
+        ("A100-SXM4-40GB", "A100-PCIE-40GB", "A100 PCIe 40GB"),
+        capability=(8, 0),
+        nvswitch=True,
     ),
     GpuModel(
-        "A100 80GB", 81920, 80, ("A100-SXM4-80GB", "A100 80GB PCIe", "A100-PCIE-80GB")
+        "A100 80GB",
+        81920,
+        80,
+        ("A100-SXM4-80GB", "A100 80GB PCIe", "A100-PCIE-80GB"),
+        capability=(8, 0),
+        nvswitch=True,
     ),
-    GpuModel("H100 SXM", 81559, 80, ("H100", "H100 80GB HBM3", "H100 SXM5", "H100-SXM5-80GB")),
-    GpuModel("H100 PCIe", 81559, 80, ("H100 80GB PCIe",)),
-    GpuModel("H100 NVL", 95830, 94),
-    GpuModel("H200", 143771, 141, ("H200 SXM", "H200 SXM 141GB")),
-    GpuModel("B200", 183359, 180),
+    GpuModel(
+        "H100 SXM",
+        81559,
+        80,
+        ("H100", "H100 80GB HBM3", "H100 SXM5", "H100-SXM5-80GB"),
+        capability=(9, 0),
+        nvswitch=True,
+    ),
+    GpuModel("H100 PCIe", 81559, 80, ("H100 80GB PCIe",), capability=(9, 0)),
+    GpuModel("H100 NVL", 95830, 94, capability=(9, 0)),
+    GpuModel("H200", 143771, 141, ("H200 SXM", "H200 SXM 141GB"), capability=(9, 0), nvswitch=True),
+    GpuModel("B200", 183359, 180, capability=(10, 0), nvswitch=True),
 )
 
 #: Names that fit several models of different memory: the user must say which.
@@ -99,9 +124,7 @@ def _norm(name: str) -> str:
     return text
 
 
-_BY_NAME = {
-    _norm(alias): gpu for gpu in GPU_MODELS for alias in (gpu.name, *gpu.aliases)
-}
+_BY_NAME = {_norm(alias): gpu for gpu in GPU_MODELS for alias in (gpu.name, *gpu.aliases)}
 
 
 def lookup(name: str) -> GpuModel | None:
@@ -201,9 +224,7 @@ def parse_matrix(text: str) -> Links:
         {(0, 1): 'NV4'}
     """
     lines = [line for line in text.splitlines() if line.strip()]
-    header_at = next(
-        (i for i, line in enumerate(lines) if re.match(r"^\s*GPU0\b", line)), None
-    )
+    header_at = next((i for i, line in enumerate(lines) if re.match(r"^\s*GPU0\b", line)), None)
     if header_at is None:
         raise ValueError("no header row starting with GPU0 (paste `nvidia-smi topo -m`)")
     columns = [word for word in lines[header_at].split() if re.fullmatch(r"GPU\d+", word)]

@@ -621,6 +621,24 @@ def _off_flags(key: str) -> str:
     return f"no-{key}"
 
 
+def human_int(text: str) -> int | None:
+    """A count as vLLM reads it (its ``human_readable_int``): ``"128k"`` → 128000, ``"2K"`` →
+    2048 (lowercase decimal, uppercase binary, no decimals with binary); None if it is not one.
+
+    Example:
+        >>> human_int("128k"), human_int("32K"), human_int("25.6k"), human_int("1.5K")
+        (128000, 32768, 25600, None)
+    """
+    text = text.strip()
+    match = re.fullmatch(r"([0-9]{1,12}(?:\.[0-9]{1,12})?)([kKmMgGtT])", text)
+    if match:
+        number, suffix = match.groups()
+        if suffix.islower():
+            return int(float(number) * 1000 ** ("kmgt".index(suffix) + 1))
+        return None if "." in number else int(number) * 1024 ** ("KMGT".index(suffix) + 1)
+    return int(text) if re.fullmatch(r"[0-9]{1,18}", text) else None
+
+
 class Server(Strict):
     """One vLLM server: one systemd unit."""
 
@@ -718,6 +736,16 @@ class Server(Strict):
         return self.tp * self.pp
 
     @property
+    def dp(self) -> int:
+        """data-parallel-size (1 unless given): each rank holds its own copy on its own GPUs."""
+        return self.int_arg("data-parallel-size") or 1
+
+    @property
+    def gpus_needed(self) -> int:
+        """GPUs the server occupies across its hosts: TP × PP × DP."""
+        return self.tp * self.pp * self.dp
+
+    @property
     def tp(self) -> int:
         """tensor-parallel-size (1 unless given)."""
         return int(self.args.get("tensor-parallel-size", 1))  # type: ignore[arg-type]
@@ -737,11 +765,10 @@ class Server(Strict):
         value = self.args.get(name)
         if isinstance(value, bool) or not isinstance(value, int | float | str):
             return None
-        try:
-            number = int(value)
-        except (ValueError, OverflowError):
+        if isinstance(value, float) and not value.is_integer():
             return None
-        return number if number >= 1 else None
+        number = human_int(value) if isinstance(value, str) else int(value)
+        return number if number is not None and number >= 1 else None
 
     @property
     def kv_cache_dtype(self) -> str:

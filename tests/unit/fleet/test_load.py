@@ -162,7 +162,7 @@ version: 1
 defaults:
   os:
     cuda: "12.8"
-    python: "3.10"
+    python: "3.11"
     cpu_governor: performance
     sysctl: {vm.swappiness: 1, fs.file-max: 2097152}
   vllm: {version: "0.32.0", variant: cpu}
@@ -184,7 +184,7 @@ def defaults_fleet():
 
 def test_host_without_overrides_gets_all_defaults(defaults_fleet):
     os_ = defaults_fleet.hosts["plain"].os
-    assert (os_.cuda, os_.python, os_.cpu_governor.value) == ("12.8", "3.10", "performance")
+    assert (os_.cuda, os_.python, os_.cpu_governor.value) == ("12.8", "3.11", "performance")
 
 
 def test_host_override_replaces_one_key_of_defaults(defaults_fleet):
