@@ -19,6 +19,8 @@ from __future__ import annotations
 import subprocess
 from typing import Any
 
+from fleet.quoting import ssh_config_value
+
 #: A request to a vLLM server made on its own host (servers bind to loopback by default). It
 #: reads a JSON payload {port, path, body, auth, env_file} on stdin, takes the API key from the
 #: server's environment file there (so the key is never on a command line), and prints
@@ -48,20 +50,26 @@ except urllib.error.HTTPError as e:
 
 
 def ssh_config_entry(name: str, data: dict[str, Any]) -> str:
-    """One ``Host`` block of an ssh_config for a host's pyinfra connection data."""
+    """One ``Host`` block of an ssh_config for a host's pyinfra connection data.
+
+    Every value goes through :func:`fleet.quoting.ssh_config_value`, which refuses what could
+    start another directive (a ``ProxyCommand`` smuggled in with a line break would run on this
+    machine).
+    """
+    q = ssh_config_value
     lines = [
-        f"Host {name}",
-        f"  HostName {data.get('ssh_hostname', name)}",
-        f"  Port {data.get('ssh_port', 22)}",
-        f"  User {data.get('ssh_user', 'root')}",
+        f"Host {q(name)}",
+        f"  HostName {q(data.get('ssh_hostname', name))}",
+        f"  Port {q(data.get('ssh_port', 22))}",
+        f"  User {q(data.get('ssh_user', 'root'))}",
         "  BatchMode yes",
     ]
     if data.get("ssh_key"):
-        lines += [f"  IdentityFile {data['ssh_key']}", "  IdentitiesOnly yes"]
+        lines += [f"  IdentityFile {q(data['ssh_key'])}", "  IdentitiesOnly yes"]
     if data.get("ssh_known_hosts_file"):
-        lines.append(f"  UserKnownHostsFile {data['ssh_known_hosts_file']}")
+        lines.append(f"  UserKnownHostsFile {q(data['ssh_known_hosts_file'])}")
     strict = data.get("ssh_strict_host_key_checking", "yes")
-    lines.append(f"  StrictHostKeyChecking {strict}")
+    lines.append(f"  StrictHostKeyChecking {q(strict)}")
     return "\n".join(lines) + "\n"
 
 

@@ -35,7 +35,7 @@ from fleet.paths import (
     unit_name,
     unit_path,
 )
-from fleet.quoting import env_quote, systemd_quote
+from fleet.quoting import env_quote, sysctl_line, systemd_quote
 from fleet.secrets import read_secret
 from fleet.spec import Fleet, Host, SecretRef, Server, Variant
 from fleet.stack import stack_plan
@@ -197,8 +197,9 @@ def render_env(env: dict[str, str], server_name: str) -> str:
 
 
 def render_sysctl(sysctl: dict[str, int | str]) -> str:
-    """The sysctl.d drop-in text."""
-    return template("sysctl.conf.j2").render(sysctl=sysctl)
+    """The sysctl.d drop-in text (each line through :func:`fleet.quoting.sysctl_line`)."""
+    lines = [sysctl_line(key, value) for key, value in sysctl.items()]
+    return template("sysctl.conf.j2").render(lines=lines)
 
 
 def host_plan(
