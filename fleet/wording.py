@@ -145,7 +145,12 @@ def _bad_name(loc: Loc, name: str) -> tuple[str, str | None]:
 def _not_text(loc: Loc, value: Any, source: str | None, message: str) -> tuple[str, str | None]:
     """Text was expected: say what YAML read instead, and the quoted form to write."""
     key = str(loc[-1]) if loc else "value"
-    if isinstance(value, bool) or value is None:
+    if value is None:
+        if not source:
+            return "no value given, where text is expected", f"write the text after {key}:"
+        return (f"YAML reads {source} as no value (null), where text is expected",
+                f'write {key}: "{source}" (in quotes)')
+    if isinstance(value, bool):
         shown = source if source is not None else str(value).lower()
         return (f"YAML reads {shown} as a boolean, where text is expected",
                 f'write {key}: "{shown}" (in quotes)')

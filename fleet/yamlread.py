@@ -363,7 +363,7 @@ class _Reader:
         if isinstance(key, dict | list):
             raise self.problem(event.start_mark, "a key must be plain text, not a list or mapping")
         line = event.start_mark.line + 1
-        merge = key == "<<" and getattr(event, "style", None) is None and not alias
+        merge = key == "<<" and not getattr(event, "style", None) and not alias
         top.merge_pending = merge
         if merge:
             top.merge_at = (line, event.start_mark.column + 1)
