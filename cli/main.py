@@ -28,7 +28,7 @@ from cli.drift.command import add_parser as add_drift_parser
 from cli.models import add_parser as add_models_parser
 from cli.planview import reasons, tables
 from fleet.inventory import DEFAULT_FLEET, fleet_path
-from fleet.load import fleet_warnings, load_fleet
+from fleet.load import load_fleet
 from fleet.plan import plan_fleet
 from fleet.problems import FleetError
 from fleet.render import host_plan
@@ -42,9 +42,9 @@ VERIFY_SUITE = Path(__file__).resolve().parent / "verify_suite"
 TESTMODEL = Path(__file__).resolve().parent.parent / "testmodel"
 
 
-def _load_or_report(path: str, capacity: bool = True):
+def _load_or_report(path: str, capacity: bool = True, warnings: list | None = None):
     try:
-        return load_fleet(path, capacity=capacity)
+        return load_fleet(path, capacity=capacity, warnings=warnings)
     except FleetError as error:
         report(path, error)
         return None
@@ -54,12 +54,12 @@ def cmd_check(args: argparse.Namespace) -> int:
     """Validate fleet files (capacity included); exit 1 if any is invalid, 0 for warnings."""
     status = 0
     for path in args.files:
-        fleet = _load_or_report(path)
+        warnings: list = []
+        fleet = _load_or_report(path, warnings=warnings)
         if fleet is None:
             status = 1
             continue
         servers = sum(len(h.servers) for h in fleet.hosts.values())
-        warnings = fleet_warnings(fleet)
         out.print(
             f"{path}: [green]valid[/] — {plural(len(fleet.hosts), 'host')}, "
             f"{plural(servers, 'server')}, {plural(len(fleet.models), 'model')}"

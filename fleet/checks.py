@@ -96,7 +96,7 @@ def _check_host(fleet: Fleet, name: str, host: Host) -> Iterator[Finding]:
             yield (
                 (*sbase, "model"),
                 f"model {server.model!r} is not defined in models",
-                suggest(server.model, fleet.models) or "add it under models:",
+                _model_hint(server.model, fleet),
             )
         if server.port in ports:
             yield (
@@ -297,6 +297,25 @@ def _check_model_limits(
             "chunked prefill is off: a long prompt could never be scheduled",
             f"raise it to at least {length}, or turn chunked prefill on",
         )
+
+
+def _model_hint(wanted: str, fleet: Fleet) -> str:
+    """What to write for a server's model that is no key of ``models`` (a Hub id, a typo).
+
+    Example:
+        >>> from fleet.spec import Fleet
+        >>> f = Fleet.model_validate({"version": 1, "hosts": {}, "models": {"q": {"hf": "Org/Q",
+        ...     "revision": "0123456789abcdef0123456789abcdef01234567"}}})
+        >>> _model_hint("Org/Q", f)
+        "that is the hf of model 'q'; write model: q"
+    """
+    for name, model in fleet.models.items():
+        if model.hf is not None and model.hf.lower() == wanted.lower():
+            return f"that is the hf of model {name!r}; write model: {name}"
+    if "/" in wanted:
+        return ("a server names a key of models, not a Hub id: add models: {name: {hf: "
+                f"{wanted}, revision: …}} and write model: name")
+    return suggest(wanted, fleet.models) or "add it under models:"
 
 
 def check_warnings(fleet: Fleet) -> Iterator[Finding]:

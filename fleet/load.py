@@ -17,83 +17,24 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import types
 import typing
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ValidationError
-from ruamel.yaml import YAML
-from ruamel.yaml.comments import CommentedMap, CommentedSeq
-from ruamel.yaml.error import MarkedYAMLError, YAMLError
-from ruamel.yaml.reader import ReaderError
+from pydantic import ValidationError
 
 from fleet.checks import check_capacity, check_fleet, check_warnings
-from fleet.problems import Finding, FleetError, Loc, Problem, suggest
+from fleet.problems import Finding, FleetError, Loc, Problem
 from fleet.sizing import resolve_model_files
+from fleet.source import TextProblem, blank_strange, decode_text, read_bounded, strange_character
 from fleet.spec import UNION_TAGS, Fleet
+from fleet.wording import explain
+from fleet.yamlread import Positions, YamlProblem, fields_by_line, read_yaml
 
-
-@dataclass
-class Positions:
-    """Source positions (1-based line, column) of keys and values, by path."""
-
-    keys: dict[Loc, tuple[int, int]] = field(default_factory=dict)
-    values: dict[Loc, tuple[int, int]] = field(default_factory=dict)
-
-    def find(self, path: Loc, value: bool = False) -> tuple[int | None, int | None]:
-        """The position of ``path`` (its value's, if asked), or of its nearest located ancestor."""
-        for end in range(len(path), -1, -1):
-            sub = path[:end]
-            first, second = (
-                (self.values, self.keys) if value and end == len(path) else (self.keys, self.values)
-            )
-            if sub in first:
-                return first[sub]
-            if sub in second:
-                return second[sub]
-        return None, None
-
-
-def _collect(node: Any, path: Loc, pos: Positions) -> Any:
-    """Turn ruamel's nodes into plain data, recording where each key and item sits."""
-    if isinstance(node, CommentedMap):
-        out = {}
-        for key, value in node.items():
-            sub = (*path, key)
-            try:
-                line, col = node.lc.key(key)
-                pos.keys[sub] = (line + 1, col + 1)
-                # A nested mapping or list "starts" at its first entry, and an empty value
-                # where the next token does: locate those by their key.
-                if value is not None and not isinstance(value, CommentedMap | CommentedSeq):
-                    vline, vcol = node.lc.value(key)
-                    pos.values[sub] = (vline + 1, vcol + 1)
-            except (KeyError, TypeError, AttributeError):
-                pass
-            out[key] = _collect(value, sub, pos)
-        return out
-    if isinstance(node, CommentedSeq):
-        out_list = []
-        for index, value in enumerate(node):
-            sub = (*path, index)
-            try:
-                line, col = node.lc.item(index)
-                pos.values[sub] = (line + 1, col + 1)
-            except (KeyError, TypeError, AttributeError):
-                pass
-            out_list.append(_collect(value, sub, pos))
-        return out_list
-    if isinstance(node, str):
-        return str(node)
-    if isinstance(node, bool):
-        return bool(node)
-    if isinstance(node, int):
-        return int(node)
-    if isinstance(node, float):
-        return float(node)
-    return node
+#: The largest fleet file read, in bytes (a thousand hosts of ten lines each take 170 KiB).
+MAX_FILE_BYTES = 256 << 10
+#: The same limit in characters, for text given directly.
+MAX_FILE_CHARS = MAX_FILE_BYTES
 
 
 def _merge(base: Any, over: Any, base_path: Loc, over_path: Loc, origin: dict[Loc, Loc]) -> Any:
@@ -126,73 +67,6 @@ def _drop_origin(target: Loc, origin: dict[Loc, Loc]) -> None:
         del origin[key]
 
 
-def _model_at(loc: Loc) -> type[BaseModel] | None:
-    """The pydantic model that validates the mapping at ``loc`` (for did-you-mean)."""
-    current: Any = Fleet
-    for part in loc:
-        current = _unwrap(current)
-        if current is None:
-            return None
-        if isinstance(current, type) and issubclass(current, BaseModel):
-            if part not in current.model_fields:
-                return None
-            current = current.model_fields[part].annotation
-        elif typing.get_origin(current) is dict:
-            current = typing.get_args(current)[1]
-        elif typing.get_origin(current) is list:
-            current = typing.get_args(current)[0]
-        else:
-            return None
-    current = _unwrap(current)
-    return current if isinstance(current, type) and issubclass(current, BaseModel) else None
-
-
-def _unwrap(annotation: Any) -> Any:
-    """Strip Optional/Annotated; pick the model member of a union."""
-    while True:
-        origin = typing.get_origin(annotation)
-        if origin is typing.Annotated:
-            annotation = typing.get_args(annotation)[0]
-        elif origin in (typing.Union, types.UnionType):
-            members = [
-                typing.get_args(a)[0] if typing.get_origin(a) is typing.Annotated else a
-                for a in typing.get_args(annotation)
-                if a is not type(None)
-            ]
-            models = [a for a in members if isinstance(a, type) and issubclass(a, BaseModel)]
-            if models:
-                annotation = models[0]
-            elif len(members) == 1:
-                annotation = members[0]
-            else:
-                return annotation
-        else:
-            return annotation
-
-
-def _message(error: dict[str, Any]) -> tuple[str, str | None]:
-    """A person's wording of one pydantic error, and a hint."""
-    kind = error["type"]
-    loc = tuple(part for part in error["loc"] if part not in UNION_TAGS)
-    if kind == "extra_forbidden":
-        model = _model_at(loc[:-1])
-        allowed = sorted(model.model_fields) if model else []
-        hint = suggest(str(loc[-1]), allowed)
-        if hint is None and allowed:
-            hint = "allowed keys: " + ", ".join(allowed)
-        return "unknown key", hint
-    if kind == "missing":
-        return "required key is missing", None
-    message = error["msg"]
-    if message.startswith("Value error, "):
-        message = message[len("Value error, ") :]
-    if kind == "literal_error" and loc == ("version",):
-        return message, "this tool reads fleet format version 1"
-    if kind == "string_pattern_mismatch":
-        return f"{error.get('input')!r} has the wrong form ({message})", None
-    return message, None
-
-
 def _location(path: Loc, positions: Positions, origin: dict[Loc, Loc]) -> tuple[Loc, Loc]:
     """Map a validated path to where it is written (a host's merged default → defaults.*)."""
     for end in range(len(path), 0, -1):
@@ -202,30 +76,38 @@ def _location(path: Loc, positions: Positions, origin: dict[Loc, Loc]) -> tuple[
 
 
 def parse_yaml(text: str, file: str) -> tuple[Any, Positions]:
-    """Parse YAML text into plain data and its source positions; raise FleetError if broken."""
-    yaml = YAML(typ="rt")
-    yaml.allow_duplicate_keys = False
+    """Parse YAML text into plain data and its source positions; raise FleetError if broken.
+
+    Control and invisible characters, broken YAML and inputs over a limit (size, nesting,
+    aliases, digits) are each one located problem, in the field they are in.
+
+    Example:
+        >>> try:
+        ...     parse_yaml("a:\\n  b: 1\\n  b: 2\\n", "f.yaml")
+        ... except FleetError as err:
+        ...     print(err)
+        f.yaml:3:3: a.b: b appears twice in this mapping (first on line 2); keep one of them
+    """
+    if len(text) > MAX_FILE_CHARS:
+        message = f"the file is larger than {MAX_FILE_CHARS // 1024} KiB"
+        hint = "a fleet file is a few hundred lines; split a larger one"
+        raise FleetError([Problem(file, 1, None, (), message, hint)])
+    strange = strange_character(text)
+    if strange is not None:
+        raise FleetError([_text_problem(strange, file, blank_strange(text).replace("\t", " "))])
     try:
-        node = yaml.load(text)
-    except MarkedYAMLError as err:
-        mark = err.problem_mark or err.context_mark
-        line = mark.line + 1 if mark else None
-        column = mark.column + 1 if mark else None
-        what = (err.problem or err.context or "invalid YAML").strip()
-        raise FleetError([Problem(file, line, column, (), f"YAML: {what}")]) from None
-    except ReaderError as err:
-        if not isinstance(err.character, int) or not 0 <= err.position <= len(text):
-            raise FleetError([Problem(file, None, None, (), f"YAML: {err}")]) from None
-        before = text[: err.position]
-        line, column = before.count("\n") + 1, err.position - before.rfind("\n")
-        what = f"YAML: unacceptable character #x{err.character:04x}: {err.reason}"
-        raise FleetError([Problem(file, line, column, (), what)]) from None
-    except YAMLError as err:
-        raise FleetError([Problem(file, None, None, (), f"YAML: {err}")]) from None
-    positions = Positions()
-    if isinstance(node, CommentedMap | CommentedSeq):
-        positions.keys[()] = (node.lc.line + 1, node.lc.col + 1)
-    return _collect(node, (), positions), positions
+        return read_yaml(text)
+    except YamlProblem as err:
+        raise FleetError([Problem(file, err.line, err.column, err.path, err.message,
+                                  err.hint)]) from None
+
+
+def _text_problem(problem: TextProblem, file: str, readable: str | None) -> Problem:
+    """A :class:`TextProblem` located in the field of its line (found in ``readable``)."""
+    path: Loc = ()
+    if readable is not None and problem.line is not None:
+        path = fields_by_line(readable).on_line(problem.line)
+    return Problem(file, problem.line, problem.column, path, problem.message, problem.hint)
 
 
 def merge_defaults(raw: dict[str, Any]) -> tuple[dict[str, Any], dict[Loc, Loc]]:
@@ -245,12 +127,15 @@ def merge_defaults(raw: dict[str, Any]) -> tuple[dict[str, Any], dict[Loc, Loc]]
     return merged, origin
 
 
-def load_text(text: str, file: str = "<fleet>", capacity: bool = True) -> Fleet:
+def load_text(
+    text: str, file: str = "<fleet>", capacity: bool = True, warnings: list[Problem] | None = None
+) -> Fleet:
     """Validate fleet YAML text; raise :class:`FleetError` with every located problem.
 
     Model config paths are read relative to ``file``'s folder. With ``capacity``, a server
     that :mod:`fleet.plan` finds does not fit is an error too (``fleet plan`` turns it off to
-    show the numbers of such a fleet). Warnings do not raise: :func:`fleet_warnings` has them.
+    show the numbers of such a fleet). Warnings do not raise: they are appended to
+    ``warnings`` when a list is given (slow GPU links, …).
 
     Example:
         >>> load_text("version: 1\\nhosts: {}\\n").hosts
@@ -273,7 +158,7 @@ def load_text(text: str, file: str = "<fleet>", capacity: bool = True) -> Fleet:
             loc = _data_loc(full, merged)
             source, _ = _location(loc, positions, origin)
             line, column = positions.find(source, value=error["type"] != "extra_forbidden")
-            message, hint = _message(error)
+            message, hint = explain(error, positions.plain)
             problem = Problem(file, line, column, source, message, hint)
             if loc != full:  # one member of a union ("int", "str", ...): join them below
                 alternatives.setdefault(source, []).append(problem)
@@ -299,18 +184,9 @@ def load_text(text: str, file: str = "<fleet>", capacity: bool = True) -> Fleet:
         problems += located(check_capacity(fleet))
     if problems:
         raise FleetError(_unique(problems))
-    fleet._warnings = _unique(located(check_warnings(fleet), "warning"))
+    if warnings is not None:
+        warnings.extend(_unique(located(check_warnings(fleet), "warning")))
     return fleet
-
-
-def fleet_warnings(fleet: Fleet) -> list[Problem]:
-    """The located warnings found when ``fleet`` was loaded (slow GPU links, …).
-
-    Example:
-        >>> fleet_warnings(load_fleet("inventory/sandbox.yaml"))
-        []
-    """
-    return list(fleet._warnings)
 
 
 def _data_loc(loc: Loc, data: Any) -> Loc:
@@ -338,17 +214,35 @@ def _unique(problems: list[Problem]) -> list[Problem]:
     return sorted(out, key=lambda p: (p.line or 0, p.column or 0))
 
 
-def load_fleet(path: str | Path, capacity: bool = True) -> Fleet:
+def load_fleet(
+    path: str | Path, capacity: bool = True, warnings: list[Problem] | None = None
+) -> Fleet:
     """Read and validate a fleet file; raise :class:`FleetError` naming file and line.
 
-    ``capacity``: as in :func:`load_text`.
+    ``capacity`` and ``warnings``: as in :func:`load_text`. At most :data:`MAX_FILE_BYTES` are
+    read; a file that is not UTF-8 is named by its encoding (UTF-16 from PowerShell), or by the
+    line of its first byte that is not UTF-8.
+
+    Example:
+        >>> found = []
+        >>> sorted(load_fleet("inventory/sandbox.yaml", warnings=found).hosts), found
+        (['sandbox-1'], [])
     """
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        data = read_bounded(path, MAX_FILE_BYTES, regular=False)
     except OSError as err:
-        problem = Problem(str(path), None, None, (), f"cannot read: {err.strerror}")
+        problem = Problem(str(path), None, None, (), f"cannot read: {err.strerror or err}")
         raise FleetError([problem]) from None
-    except UnicodeDecodeError:
-        raise FleetError([Problem(str(path), None, None, (), "not UTF-8 text")]) from None
-    return load_text(text, str(path), capacity)
+    except TextProblem:  # more than MAX_FILE_BYTES
+        message = f"the file is larger than {MAX_FILE_BYTES // 1024} KiB"
+        hint = "a fleet file is a few hundred lines; split a larger one"
+        raise FleetError([Problem(str(path), 1, None, (), message, hint)]) from None
+    try:
+        text = decode_text(data)
+    except TextProblem as err:
+        readable = None
+        if err.column is not None:  # a stray byte: find its field in the rest of the text
+            readable = blank_strange(data.decode("utf-8", "replace").replace("\ufffd", "?"))
+        raise FleetError([_text_problem(err, str(path), readable)]) from None
+    return load_text(text, str(path), capacity, warnings)

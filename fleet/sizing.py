@@ -21,6 +21,8 @@ Example:
 from __future__ import annotations
 
 import json
+import os
+import stat
 import struct
 from collections.abc import Iterator
 from pathlib import Path
@@ -28,17 +30,23 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from fleet.source import LFS_POINTER, TextProblem, lfs_pointer, read_bounded
 from fleet.spec import Fleet, ModelConfig
 
 Finding = tuple[tuple[str | int, ...], str, str | None]
 
-#: Bytes per element of the dtypes safetensors headers name.
-SAFETENSORS_DTYPE_BYTES = {
-    "F64": 8, "I64": 8, "U64": 8, "F32": 4, "I32": 4, "U32": 4, "F16": 2, "BF16": 2, "I16": 2,
-    "U16": 2, "F8_E4M3": 1, "F8_E5M2": 1, "F8_E8M0": 1, "I8": 1, "U8": 1, "BOOL": 1,
-}
-#: A safetensors header larger than this is not one (the format caps it at 100 MB).
-MAX_HEADER = 100_000_000
+#: The largest config.json read (real ones are a few KiB; a vision model's up to a few hundred).
+MAX_CONFIG = 4 << 20
+#: The largest model.safetensors.index.json read (a 600-GB model's is about 10 MiB).
+MAX_INDEX = 32 << 20
+#: The largest safetensors header read, and all headers of a folder together.
+MAX_HEADER = 16 << 20
+MAX_HEADERS = 64 << 20
+#: Nesting of a config.json, and digits of its numbers, beyond which it is not a config.
+MAX_JSON_DEPTH = 64
+MAX_DIGITS = 20
+_LFS_HINT = ("the folder was cloned without Git LFS: run git lfs install && git lfs pull in it "
+             "(or download the files from the Hub)")
 
 
 class SizingError(ValueError):
@@ -47,6 +55,60 @@ class SizingError(ValueError):
     def __init__(self, message: str, hint: str | None = None):
         super().__init__(message)
         self.hint = hint
+
+
+def _bounded_int(text: str) -> int:
+    """A JSON integer, refused before conversion when it has too many digits."""
+    if len(text.lstrip("-")) > MAX_DIGITS:
+        raise SizingError(f"a number of {len(text.lstrip('-'))} digits")
+    return int(text)
+
+
+def _depth(data: Any) -> int:
+    """How deeply JSON data nests (iteratively, so that depth itself cannot crash it)."""
+    deepest, todo = 0, [(data, 1)]
+    while todo:
+        item, level = todo.pop()
+        if isinstance(item, dict | list):
+            deepest = max(deepest, level)
+            if deepest > MAX_JSON_DEPTH:
+                return deepest
+            todo.extend((child, level + 1) for child in
+                        (item.values() if isinstance(item, dict) else item))
+    return deepest
+
+
+def read_json(path: Path, shown: str, limit: int) -> Any:
+    """JSON data of a regular file of at most ``limit`` bytes; raise SizingError naming what
+    is wrong (not a file, too large, a Git LFS pointer, not JSON, too deep, huge numbers).
+
+    Example:
+        >>> read_json(Path("/dev/zero"), "/dev/zero", 10)
+        Traceback (most recent call last):
+        ...
+        fleet.sizing.SizingError: /dev/zero is not a regular file
+    """
+    try:
+        raw = read_bounded(path, limit)
+    except TextProblem as err:
+        raise SizingError(str(err).replace(str(path), shown, 1)) from None
+    if lfs_pointer(raw):
+        raise SizingError(f"{shown} is a Git LFS pointer, not the file; {_LFS_HINT}")
+    try:
+        data = json.loads(raw.decode("utf-8"), parse_int=_bounded_int)
+    except SizingError as err:
+        raise SizingError(f"{shown}: {err}", "this is not a model's config.json") from None
+    except RecursionError:
+        raise SizingError(f"{shown} is nested more than {MAX_JSON_DEPTH} levels deep",
+                          "this is not a model's config.json") from None
+    except UnicodeDecodeError:
+        raise SizingError(f"{shown} is not UTF-8 text") from None
+    except json.JSONDecodeError as err:
+        raise SizingError(f"{shown} is not JSON ({err.msg} at line {err.lineno})") from None
+    if _depth(data) > MAX_JSON_DEPTH:
+        raise SizingError(f"{shown} is nested more than {MAX_JSON_DEPTH} levels deep",
+                          "this is not a model's config.json")
+    return data
 
 
 def config_keys(data: dict[str, Any]) -> dict[str, Any]:
@@ -72,14 +134,12 @@ def read_config(path: Path, shown: str | None = None) -> ModelConfig:
     """
     shown = shown or str(path)
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = read_json(path, shown, MAX_CONFIG)
     except OSError as err:
         raise SizingError(
             f"cannot read {shown}: {err.strerror}",
             "config is a path relative to the fleet file, or the keys inline",
         ) from None
-    except (UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise SizingError(f"{shown} is not JSON: {err}") from None
     if not isinstance(data, dict):
         raise SizingError(f"{shown} is not a JSON object")
     try:
@@ -90,28 +150,52 @@ def read_config(path: Path, shown: str | None = None) -> ModelConfig:
         raise SizingError(f"{shown}: {where}: {first['msg']}") from None
 
 
-def _header_bytes(path: Path) -> int:
-    """Bytes of the tensors in one safetensors file, from its header alone."""
-    with path.open("rb") as handle:
+def _header_bytes(path: Path, budget: list[int]) -> int:
+    """Bytes of the tensors in one safetensors file, from its header alone.
+
+    ``budget``: header bytes still allowed for this folder (decreased here).
+    """
+    name = path.name
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except OSError as err:
+        raise SizingError(f"cannot read {name}: {err.strerror}") from None
+    with os.fdopen(fd, "rb") as handle:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise SizingError(f"{name} is not a regular file")
         raw = handle.read(8)
+        if lfs_pointer(raw + handle.read(len(LFS_POINTER) - 8)):
+            raise SizingError(f"{name} is a Git LFS pointer, not the file; {_LFS_HINT}")
+        handle.seek(8)
         if len(raw) != 8:
-            raise SizingError(f"{path} is not a safetensors file (too short)")
+            raise SizingError(f"{name} is not a safetensors file (too short)")
         (length,) = struct.unpack("<Q", raw)
-        if length > MAX_HEADER:
-            raise SizingError(f"{path} is not a safetensors file (header of {length} bytes)")
+        if length > min(MAX_HEADER, budget[0]):
+            raise SizingError(f"{name} is not a safetensors file (header of {length} bytes)",
+                              "give the model's weights_gib instead")
+        budget[0] -= length
         try:
-            header = json.loads(handle.read(length))
-        except (UnicodeDecodeError, json.JSONDecodeError):
-            raise SizingError(f"{path} has no readable safetensors header") from None
+            header = json.loads(handle.read(length), parse_int=_bounded_int)
+        except (UnicodeDecodeError, json.JSONDecodeError, RecursionError, SizingError):
+            raise SizingError(f"{name} has no readable safetensors header") from None
+    if not isinstance(header, dict):
+        kind = "list" if isinstance(header, list) else type(header).__name__
+        raise SizingError(f"{name}: the header is a JSON {kind}, not the object of tensors a "
+                          "safetensors file starts with", "give the model's weights_gib instead")
     total = 0
-    for name, info in header.items():
-        if name == "__metadata__":
+    for tensor, info in header.items():
+        if tensor == "__metadata__":
             continue
-        try:
-            begin, end = info["data_offsets"]
-            total += int(end) - int(begin)
-        except (KeyError, TypeError, ValueError):
-            raise SizingError(f"{path}: tensor {name!r} has no data_offsets") from None
+        offsets = info.get("data_offsets") if isinstance(info, dict) else None
+        ints = isinstance(offsets, list) and len(offsets) == 2 and all(
+            isinstance(n, int) and not isinstance(n, bool) for n in offsets)
+        if not ints:
+            raise SizingError(f"{name}: tensor {tensor!r} has no data_offsets [begin, end]")
+        begin, end = offsets
+        if not 0 <= begin <= end:
+            raise SizingError(f"{name}: tensor {tensor!r} has data_offsets {offsets} "
+                              "(not 0 <= begin <= end)")
+        total += end - begin
     return total
 
 
@@ -129,13 +213,19 @@ def safetensors_bytes(folder: Path) -> int | None:
     index = folder / "model.safetensors.index.json"
     if index.is_file():
         try:
-            return int(json.loads(index.read_text(encoding="utf-8"))["metadata"]["total_size"])
-        except (OSError, ValueError, KeyError, TypeError):
-            raise SizingError(f"{index} has no metadata.total_size") from None
-    files = sorted(folder.glob("*.safetensors"))
+            data = read_json(index, index.name, MAX_INDEX)
+        except OSError as err:
+            raise SizingError(f"cannot read {index.name}: {err.strerror}") from None
+        meta = data.get("metadata") if isinstance(data, dict) else None
+        total = meta.get("total_size") if isinstance(meta, dict) else None
+        if isinstance(total, int) and not isinstance(total, bool) and total > 0:
+            return total
+        raise SizingError(f"{index.name} has no metadata.total_size (a whole number of bytes)")
+    files = sorted(path for path in folder.glob("*.safetensors"))
     if not files:
         return None
-    return sum(_header_bytes(path) for path in files)
+    budget = [MAX_HEADERS]
+    return sum(_header_bytes(path, budget) for path in files)
 
 
 def resolve_model_files(fleet: Fleet, base: Path) -> Iterator[Finding]:
@@ -152,7 +242,7 @@ def resolve_model_files(fleet: Fleet, base: Path) -> Iterator[Finding]:
             )
         except SizingError as err:
             yield (("models", name, "config"), str(err), err.hint)
-        except (OSError, ValueError) as err:
+        except (OSError, ValueError, RuntimeError) as err:  # a bad path (a NUL, ~nobody/)
             yield (("models", name, "config"), f"cannot read {model.config!r}: {err}", None)
 
 

@@ -812,6 +812,3 @@ class Fleet(Strict):
     defaults: Defaults = Field(default_factory=Defaults)
     models: dict[Name, Model] = Field(default_factory=dict, description="Models by name.")
     hosts: dict[Name, Host] = Field(description="Hosts by inventory name.")
-
-    #: Located warnings found while loading (see :func:`fleet.load.fleet_warnings`).
-    _warnings: list[Any] = PrivateAttr(default_factory=list)

@@ -11,10 +11,12 @@ as the installed console script); the fuzz test feeds it mutated valid files.
 
 from __future__ import annotations
 
+import os
 import random
 import re
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,7 +25,7 @@ from rich.console import Console
 
 from cli import main as cli
 from cli.main import main
-from fleet.load import FleetError, Problem, load_fleet, load_text
+from fleet.load import MAX_FILE_BYTES, FleetError, Problem, load_fleet, load_text
 
 ROOT = Path(__file__).resolve().parents[3]
 DATA = ROOT / "tests" / "data"
@@ -42,9 +44,22 @@ class Expected:
     words: str
 
 
+def first_line(path: Path) -> str:
+    """The first line of a corpus file, in whatever encoding the file is written (some are
+    UTF-16 or Latin-1 on purpose)."""
+    raw = path.read_bytes()
+    if raw.startswith((b"\xff\xfe", b"\xfe\xff")):
+        text = raw.decode("utf-16")
+    elif raw[1:2] == b"\0":
+        text = raw.decode("utf-16-le")
+    else:
+        text = raw.decode("utf-8-sig", "replace")
+    return text.splitlines()[0]
+
+
 def expected(path: Path) -> Expected:
     """Parse the first line of an invalid file."""
-    first = path.read_text(encoding="utf-8").splitlines()[0]
+    first = first_line(path)
     match = EXPECT.match(first)
     assert match, f"{path.name}: first line must be '# expect: LINE PATH words', got {first!r}"
     return Expected(int(match["line"]), match["path"], match["words"])
@@ -84,7 +99,7 @@ def test_there_are_enough_invalid_files():
 
 @pytest.mark.parametrize("path", INVALID, ids=lambda p: p.stem)
 def test_invalid_file_states_its_expected_error(path):
-    assert EXPECT.match(path.read_text(encoding="utf-8").splitlines()[0])
+    assert EXPECT.match(first_line(path))
 
 
 # --- invalid files ---------------------------------------------------------------------------
@@ -241,7 +256,7 @@ def test_error_in_host_override_is_located_at_the_host():
 def test_control_character_is_located():
     with pytest.raises(FleetError) as info:
         load_text("version: 1\nhosts:\n  a: \x00\n", "c.yaml")
-    assert str(info.value).startswith("c.yaml:3:6: (file): YAML: unacceptable character #x0000")
+    assert str(info.value).startswith("c.yaml:3:6: hosts.a: a control character (U+0000, NUL)")
 
 
 # --- fleet check -------------------------------------------------------------------------------
@@ -421,3 +436,67 @@ def test_mutated_file_problems_name_a_line(path, number):
         load_text(mutate(path.read_text(encoding="utf-8"), rng), "mutant.yaml")
     except FleetError as error:
         assert all(p.line is not None for p in error.problems), [str(p) for p in error.problems]
+
+
+# --- bounds: size, devices, time ---------------------------------------------------------------
+
+
+def test_file_over_the_size_limit_is_refused_at_line_1(tmp_path):
+    path = tmp_path / "big.yaml"
+    path.write_bytes(b"# comment\n" * (MAX_FILE_BYTES // 10 + 1))
+    [problem] = problems_of(path)
+    assert (problem.line, problem.message) == (1, "the file is larger than 256 KiB")
+
+
+def test_text_over_the_size_limit_is_refused():
+    with pytest.raises(FleetError) as info:
+        load_text("#" * (MAX_FILE_BYTES + 1), "big.yaml")
+    assert "larger than 256 KiB" in str(info.value)
+
+
+def test_check_on_a_device_reads_a_bounded_amount(capsys):
+    assert main(["check", "/dev/zero"]) == 1
+    assert "/dev/zero:1: (file): the file is larger than 256 KiB" in capsys.readouterr().err
+
+
+def test_config_from_a_fifo_is_refused_without_blocking(tmp_path):
+    fifo = tmp_path / "config.json"
+    os.mkfifo(fifo)
+    text = (DATA / "invalid" / "config-dev-zero.yaml").read_text().replace("/dev/zero", str(fifo))
+    with pytest.raises(FleetError) as info:
+        load_text(text, str(tmp_path / "f.yaml"))
+    assert f"{fifo} is not a regular file" in str(info.value)
+
+
+@pytest.mark.parametrize("path", INVALID, ids=lambda p: p.stem)
+def test_invalid_file_is_refused_within_a_second(path):
+    start = time.monotonic()
+    problems_of(path)
+    assert time.monotonic() - start < 1.0
+
+
+# --- warnings come back through the caller's list ---------------------------------------------
+
+
+def test_load_fleet_appends_warnings_to_the_given_list():
+    found: list = []
+    load_fleet(DATA / "valid" / "quad-4090d.yaml", warnings=found)
+    assert all(w.severity == "warning" for w in found)
+
+
+def test_load_text_without_a_list_still_loads():
+    assert load_text("version: 1\nhosts: {}\n").hosts == {}
+
+
+# --- YAML forms that stay accepted --------------------------------------------------------------
+
+
+def test_merge_key_copies_the_anchored_server():
+    server = load_fleet(DATA / "valid" / "yaml-anchors.yaml").hosts["box-2"].servers["chat"]
+    assert (server.model, server.port, server.args) == ("m", 8001, {"max-model-len": 2048})
+
+
+def test_utf8_byte_order_mark_keeps_line_numbers():
+    text = (DATA / "invalid" / "encoding-utf8-bom-error.yaml").read_bytes()
+    assert text.startswith(b"\xef\xbb\xbf")
+    assert [p.line for p in problems_of(DATA / "invalid" / "encoding-utf8-bom-error.yaml")] == [14]

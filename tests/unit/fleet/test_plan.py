@@ -19,7 +19,7 @@ from rich.console import Console
 from cli import main as cli
 from cli.main import main
 from fleet.gpus import lookup
-from fleet.load import FleetError, fleet_warnings, load_fleet, load_text
+from fleet.load import FleetError, load_fleet, load_text
 from fleet.plan import kv_bytes_per_token, plan_fleet, weights_in_memory
 from fleet.sizing import safetensors_bytes
 from fleet.spec import ModelConfig, Server
@@ -487,7 +487,8 @@ hosts:
 
 def link_warnings(link: str) -> list:
     """The warnings about the server's GPUs (others, such as flag lists, are left out)."""
-    warnings = fleet_warnings(load_text(QUAD_TOPOLOGY % link, "q.yaml"))
+    warnings: list = []
+    load_text(QUAD_TOPOLOGY % link, "q.yaml", warnings=warnings)
     return [w for w in warnings if w.path == ("hosts", "box", "servers", "big", "gpus")]
 
 

@@ -518,8 +518,16 @@ FLEET_FILES = sorted((ROOT / "inventory").rglob("*.yaml")) + sorted(DATA.rglob("
 
 
 def schema_line(path: Path) -> str:
-    """The line that points editors at the schema (the second in invalid examples)."""
-    lines = [*path.read_text(encoding="utf-8").splitlines(), "", ""]
+    """The line that points editors at the schema (the second in invalid examples, some of
+    which are UTF-16 or Latin-1 on purpose)."""
+    raw = path.read_bytes()
+    if raw.startswith((b"\xff\xfe", b"\xfe\xff")):
+        text = raw.decode("utf-16")
+    elif raw[1:2] == b"\0":
+        text = raw.decode("utf-16-le")
+    else:
+        text = raw.decode("utf-8-sig", "replace")
+    lines = [*text.splitlines(), "", ""]
     return lines[1] if path.parent.name == "invalid" else lines[0]
 
 
