@@ -1,10 +1,12 @@
-"""One quoting function per target syntax: systemd command lines, EnvironmentFile values.
+"""Quoting for systemd command lines (``ExecStart=``).
 
-Every value of the fleet file that reaches a rendered file goes through one of these.
+Every value of the fleet file that reaches a unit's command line goes through
+:func:`systemd_quote`; environment-file values go through :func:`hostside.envfile.quote`, the
+writer whose reader the host-side programs share.
 
 Example:
-    >>> systemd_quote("a b"), env_quote("a b")
-    ('"a b"', '"a b"')
+    >>> systemd_quote("a b")
+    '"a b"'
 """
 
 from __future__ import annotations
@@ -27,17 +29,3 @@ def systemd_quote(word: str) -> str:
     if _SAFE.match(word):
         return word
     return '"' + word.replace("\\", "\\\\").replace('"', '\\"') + '"'
-
-
-def env_quote(value: str) -> str:
-    """Quote one value for an EnvironmentFile= line.
-
-    Example:
-        >>> env_quote("a b")
-        '"a b"'
-    """
-    if "\n" in value or "\r" in value:
-        raise ValueError("environment values cannot contain newlines")
-    if _SAFE.match(value):
-        return value
-    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
