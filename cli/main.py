@@ -209,8 +209,7 @@ def cmd_complete(args: argparse.Namespace) -> int:
         "body": body,
         "env_file": server["env_path"],
     }
-    command = f"python3 -c {remote._sh_quote(remote.HOST_REQUEST)}"
-    result = remote.run(data, command, json.dumps(payload))
+    result = remote.run(data, remote.REQUEST_COMMAND, json.dumps(payload))
     answer = json.loads(result.stdout) if result.returncode == 0 else None
     if answer is None or answer["status"] != 200:
         why = result.stderr.strip() if answer is None else f"HTTP {answer['status']}"

@@ -34,7 +34,7 @@ from rich.table import Table
 
 from cli import remote
 from cli.console import connect, err, out
-from fleet.paths import MODELS_DIR, remote_program
+from fleet.paths import MODELS_DIR, program_command, remote_program
 from fleet.plan import gib
 
 INSTALLER = remote_program("fetch_model")
@@ -53,7 +53,7 @@ def installer_command(action: str, model: str, *extra: str) -> str:
         'python3 /usr/local/lib/vllm-fleet/hostside/fetch_model.py check --name tiny --models-dir /var/lib/vllm-fleet/models --deep --json'
     """  # noqa: E501
     return shlex.join(
-        ["python3", INSTALLER, action, "--name", model, "--models-dir", MODELS_DIR, *extra]
+        program_command("fetch_model", action, "--name", model, "--models-dir", MODELS_DIR, *extra)
     )
 
 
@@ -161,7 +161,6 @@ def _rollback(name, data, entry, to, out, err, remote) -> int:
     out.print(result.stdout.strip(), markup=False)
     servers = [s for s in data["fleet"]["servers"] if s["model"] == entry["name"]]
     python = f"{data['fleet']['venv']}/bin/python"
-    checker = remote_program("check_ready")
     for server in servers:
         restart = remote.run(data, f"systemctl restart {shlex.quote(server['unit'])}",
                              timeout=1800)
@@ -171,8 +170,9 @@ def _rollback(name, data, entry, to, out, err, remote) -> int:
             return 1
         ready = remote.run(
             data,
-            shlex.join([python, checker, "--port", str(server["port"]), "--model",
-                        server["served_name"], "--env-file", server["env_path"]]),
+            shlex.join(program_command("check_ready", "--port", str(server["port"]), "--model",
+                                       server["served_name"], "--env-file", server["env_path"],
+                                       python=python)),
             timeout=900,
         )
         if ready.returncode != 0:
@@ -195,7 +195,7 @@ def _prune(hosts, only: str | None, yes: bool, out, err, remote, table_class) ->
         if only not in (None, name):
             continue
         listing = remote.run(data, shlex.join(
-            ["python3", INSTALLER, "list", "--models-dir", MODELS_DIR]))
+            program_command("fetch_model", "list", "--models-dir", MODELS_DIR)))
         try:
             models = undeclared(json.loads(listing.stdout), data["fleet"])
         except ValueError:

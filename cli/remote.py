@@ -16,37 +16,17 @@ Example:
 
 from __future__ import annotations
 
+import shlex
 import subprocess
 from typing import Any
 
+from fleet.paths import program_command
 from fleet.quoting import ssh_config_value
 
-#: A request to a vLLM server made on its own host (servers bind to loopback by default). It
-#: reads a JSON payload {port, path, body, auth, env_file} on stdin, takes the API key from the
-#: server's environment file there (so the key is never on a command line), and prints
-#: {"status": N, "body": "..."}.
-HOST_REQUEST = """
-import json, sys, urllib.request, urllib.error
-p = json.load(sys.stdin)
-key = None
-try:
-    for line in open(p["env_file"]):
-        k, _, v = line.strip().partition("=")
-        if k == "VLLM_API_KEY":
-            key = v.strip('"')
-except OSError:
-    pass
-req = urllib.request.Request("http://127.0.0.1:%d%s" % (p["port"], p["path"]),
-    data=json.dumps(p["body"]).encode() if p["body"] is not None else None,
-    headers={"Content-Type": "application/json"})
-if key and p.get("auth", True):
-    req.add_header("Authorization", "Bearer " + key)
-try:
-    with urllib.request.urlopen(req, timeout=300) as r:
-        print(json.dumps({"status": r.status, "body": r.read().decode()}))
-except urllib.error.HTTPError as e:
-    print(json.dumps({"status": e.code, "body": e.read().decode()}))
-"""
+#: The request program (hostside/request.py, uploaded by the services deploy) as a shell command:
+#: a JSON payload {port, path, body, auth, env_file} on stdin, {"status", "body"} on stdout; the
+#: API key is read on the host from the server's environment file, never put on a command line.
+REQUEST_COMMAND = shlex.join(program_command("request"))
 
 
 def ssh_config_entry(name: str, data: dict[str, Any]) -> str:

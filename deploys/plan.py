@@ -18,8 +18,8 @@ from pyinfra.api.exceptions import DeployError
 from pyinfra.api.operation import OperationMeta
 from pyinfra.operations import files
 
-from fleet.paths import remote_program
-from hostside import local_path
+from fleet.paths import HOSTSIDE_DIR, remote_program
+from hostside import PACKAGE_DIR, program_files
 
 
 def current_plan() -> dict[str, Any]:
@@ -33,22 +33,43 @@ def current_plan() -> dict[str, Any]:
     return plan
 
 
-def upload_program(program: str, what: str) -> tuple[str, OperationMeta]:
-    """Upload one host-side program (root-owned, 755); return its path there and the operation.
+def upload_programs(programs: dict[str, str]) -> dict[str, tuple[str, list[OperationMeta]]]:
+    """Upload host-side programs with the package modules they import, each file once and only
+    when its content differs (:func:`files.put`); return each program's path and the operations
+    of exactly the files it runs, so that a change reaches only what uses it.
 
-    + program: the module's name in the ``hostside`` package (``wait_healthy``)
-    + what: what it is, for the operation's name (``the health waiter``)
+    + programs: module name in the ``hostside`` package → what it is (``the health waiter``)
 
     Example (inside a deploy):
-        path, op = upload_program("wait_healthy", "the health waiter")
-        # path == '/usr/local/lib/vllm-fleet/hostside/wait_healthy.py'
+        uploaded = upload_programs({"check_ready": "the readiness check"})
+        path, ops = uploaded["check_ready"]
+        # path == '/usr/local/lib/vllm-fleet/hostside/check_ready.py'
+        # ops: check_ready.py, envfile.py and the package's __init__.py
     """
-    dest = remote_program(program)
-    return dest, files.put(
-        name=f"Upload {what}",
-        src=str(local_path(program)),
-        dest=dest,
-        user="root",
-        group="root",
-        mode="755",
-    )
+    done: dict[str, OperationMeta] = {}
+    uploaded = {}
+    for program, what in programs.items():
+        needed = program_files(program)
+        for relative in needed:
+            if relative in done:
+                continue
+            main = relative == f"{program}.py"
+            done[relative] = files.put(
+                name=f"Upload {what}" if main else f"Upload hostside/{relative} (for {what})",
+                src=str(PACKAGE_DIR / relative),
+                dest=f"{HOSTSIDE_DIR}/{relative}",
+                user="root",
+                group="root",
+                mode="755" if main else "644",
+            )
+        uploaded[program] = (remote_program(program), [done[relative] for relative in needed])
+    return uploaded
+
+
+def upload_program(program: str, what: str) -> tuple[str, list[OperationMeta]]:
+    """Upload one host-side program and what it imports (:func:`upload_programs`).
+
+    Example (inside a deploy):
+        path, ops = upload_program("wait_healthy", "the health waiter")
+    """
+    return upload_programs({program: what})[program]

@@ -19,7 +19,7 @@ from pyinfra.api.operation import OperationMeta
 from pyinfra.operations import files, server, systemd
 from pyinfra.operations.util import any_changed
 
-from deploys.plan import current_plan, upload_program
+from deploys.plan import current_plan, upload_programs
 from fleet.paths import PREVIOUS_DIR, SERVICE_HOME, previous_paths
 from operations.services import (
     previous_saved,
@@ -84,10 +84,18 @@ def services(
         group="root",
         mode="700",
     )
-    _, wait_op = upload_program("wait_healthy", "the health waiter")
-    validator, _ = upload_program("validate_args", "the vLLM flag check")
-    checker, _ = upload_program("check_ready", "the readiness check")
-    restarter, _ = upload_program("restart_or_restore", "the restart-or-restore helper")
+    uploaded = upload_programs({
+        "wait_healthy": "the health waiter",
+        "validate_args": "the vLLM flag check",
+        "check_ready": "the readiness check",
+        "restart_or_restore": "the restart-or-restore helper",
+        "request": "the request program (fleet verify, fleet complete)",
+    })
+    # The units run the health waiter (ExecStartPost): only its own files restart servers.
+    _, wait_ops = uploaded["wait_healthy"]
+    validator, checker, restarter = (
+        uploaded[name][0] for name in ("validate_args", "check_ready", "restart_or_restore")
+    )
     files.directory(
         name="Create the folder for previous configurations",
         path=PREVIOUS_DIR,
@@ -136,7 +144,7 @@ def services(
             mode="644",
         )
         systemd.daemon_reload(name=f"Reload systemd for {unit}", _if=unit_op.did_change)
-        changed = [env_op, unit_op, wait_op, venv_changed]
+        changed = [env_op, unit_op, *wait_ops, venv_changed]
         if limits_changed is not None:
             changed.append(limits_changed)
         if entry["model"] in models_changed:

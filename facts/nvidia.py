@@ -14,6 +14,8 @@ from typing import Any
 
 from pyinfra.api import FactBase, QuoteString, StringCommand
 
+from hostside import program_source
+
 _VERSION = re.compile(r"\b(\d{3}\.\d{1,3}(?:\.\d{1,3})?)\b")
 
 
@@ -148,59 +150,9 @@ class FabricManager(FactBase):
         return result
 
 
-#: Python (standard library only) for apt signing keys on hosts that have no gpg:
-#: ``show PATH`` prints the fingerprint of each primary key in a keyring file (binary or
-#: ASCII-armoured), as ``gpg --show-keys`` would; ``install URL PATH FINGERPRINT`` fetches a key,
-#: refuses it unless its fingerprint is the expected one, and writes it (binary) to PATH.
-OPENPGP_PY = r"""
-import base64, hashlib, os, sys, tempfile, urllib.request
-def packets(data):
-    i = 0
-    while i < len(data):
-        tag = data[i]; i += 1
-        if not tag & 0x80: raise ValueError('not an OpenPGP key')
-        if tag & 0x40:
-            kind = tag & 0x3f; first = data[i]; i += 1
-            if first < 192: size = first
-            elif first < 224: size = ((first - 192) << 8) + data[i] + 192; i += 1
-            elif first == 255: size = int.from_bytes(data[i:i + 4], 'big'); i += 4
-            else: raise ValueError('partial packet lengths are not used in keys')
-        else:
-            kind = (tag >> 2) & 0x0f; n = {0: 1, 1: 2, 2: 4}[tag & 3]
-            size = int.from_bytes(data[i:i + n], 'big'); i += n
-        yield kind, data[i:i + size]; i += size
-def dearmor(data):
-    if not data.lstrip().startswith(b'-----BEGIN PGP'): return data
-    body = []; started = False
-    for line in data.decode('ascii').splitlines()[1:]:
-        if started:
-            if line.startswith('=') or line.startswith('-----'): break
-            body.append(line)
-        elif not line.strip(): started = True
-    return base64.b64decode(''.join(body))
-def fingerprints(data):
-    return [hashlib.sha1(b'\x99' + len(body).to_bytes(2, 'big') + body).hexdigest().upper()
-            for kind, body in packets(data) if kind == 6 and body[:1] == b'\x04']
-def show(path):
-    try:
-        print(' '.join(fingerprints(dearmor(open(path, 'rb').read()))))
-    except (OSError, ValueError, IndexError) as e:
-        print('error: %s' % e)
-def install(url, path, expected):
-    data = dearmor(urllib.request.urlopen(url, timeout=60).read())
-    found = fingerprints(data)
-    if found != [expected]:
-        sys.exit('the key at %s has fingerprint %s, not the declared %s: refusing it'
-                 % (url, ' '.join(found) or '(none)', expected))
-    os.makedirs(os.path.dirname(path), mode=0o755, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path))
-    with os.fdopen(fd, 'wb') as out:
-        out.write(data)
-    os.chmod(tmp, 0o644); os.rename(tmp, path)
-    print('installed key %s from %s as %s' % (expected, url, path))
-if sys.argv[1] == 'show': show(sys.argv[2])
-elif sys.argv[1] == 'install': install(*sys.argv[2:5])
-"""
+#: The host-side key program (hostside/openpgp.py) as text: the KeyringFingerprints fact runs it
+#: with ``python3 -c`` before anything is uploaded (``show PATH``; ``install URL PATH FPR``).
+OPENPGP_PY = program_source("openpgp")
 
 
 class KeyringFingerprints(FactBase):

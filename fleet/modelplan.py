@@ -10,7 +10,6 @@ Example:
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -18,30 +17,11 @@ from typing import Any
 from fleet.paths import model_path
 from fleet.spec import Model, SecretRef
 
-#: Names the host-side installer unpacks (keep in step with hostside/fetch_model.py).
-ARCHIVE_SUFFIXES = (".tar", ".tar.gz", ".tgz", ".tar.zst", ".tzst")
+# The installer's own rules, one owner: what it unpacks, the name a single file gets.
+from hostside.models.archive import ARCHIVE_SUFFIXES, is_archive
+from hostside.models.sources import file_name
 
-
-def is_archive(name: str) -> bool:
-    """Whether a URL or path names an archive to unpack.
-
-    Example:
-        >>> is_archive("https://h/m.tar.zst"), is_archive("/srv/m.gguf")
-        (True, False)
-    """
-    return name.lower().endswith(ARCHIVE_SUFFIXES)
-
-
-def file_name(source: str) -> str:
-    """The name a single file gets inside its version directory (as the installer does).
-
-    Example:
-        >>> file_name("https://h/x/model-q4.gguf?download=1")
-        'model-q4.gguf'
-    """
-    path = source.split("?", 1)[0].split("#", 1)[0].rstrip("/")
-    name = re.sub(r"[^A-Za-z0-9._-]", "_", path.rsplit("/", 1)[-1]).lstrip(".")
-    return name or "model"
+__all__ = ["ARCHIVE_SUFFIXES", "file_name", "is_archive", "model_plan"]
 
 
 def model_plan(name: str, model: Model, secrets: Callable[[SecretRef], str]) -> dict[str, Any]:

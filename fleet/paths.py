@@ -16,6 +16,8 @@ from __future__ import annotations
 # -- the tool's own software -------------------------------------------------------------------
 #: Host-side programs (the ``hostside`` package is uploaded below it).
 REMOTE_DIR = "/usr/local/lib/vllm-fleet"
+#: The ``hostside`` package on a host (its programs and the modules they import).
+HOSTSIDE_DIR = f"{REMOTE_DIR}/hostside"
 #: The vLLM venv.
 VENV_DIR = "/opt/vllm-fleet/venv"
 #: A small venv holding the pinned uv, and uv's managed interpreters.
@@ -112,7 +114,18 @@ def remote_program(name: str) -> str:
         >>> remote_program("wait_healthy")
         '/usr/local/lib/vllm-fleet/hostside/wait_healthy.py'
     """
-    return f"{REMOTE_DIR}/hostside/{name}.py"
+    return f"{HOSTSIDE_DIR}/{name}.py"
+
+
+def program_command(program: str, *args: str, python: str = "python3") -> list[str]:
+    """The command line that runs a host-side program on the host (the one way: by its file;
+    see :mod:`hostside`). No secret ever goes into it: programs read them from files or stdin.
+
+    Example:
+        >>> program_command("check_ready", "--port", "18000")
+        ['python3', '/usr/local/lib/vllm-fleet/hostside/check_ready.py', '--port', '18000']
+    """
+    return [python, remote_program(program), *args]
 
 
 def cuda_home(version: str) -> str:

@@ -1,5 +1,6 @@
-"""One quoting function per target syntax: systemd command lines, EnvironmentFile values,
-sysctl.d lines, ssh_config values.
+"""One quoting function per target syntax: systemd command lines (``ExecStart=``), sysctl.d
+lines, ssh_config values; environment-file values go through :func:`hostside.envfile.quote`, the
+writer whose reader the host-side programs share.
 
 Every value of the fleet file that reaches a rendered file goes through one of these, and each
 refuses (ValueError) what its syntax cannot carry, even though :mod:`fleet.fields` has refused
@@ -7,8 +8,8 @@ it already: a second wall, so that a value that slips past a check still cannot 
 line, directive or option.
 
 Example:
-    >>> systemd_quote("a b"), env_quote("a b")
-    ('"a b"', '"a b"')
+    >>> systemd_quote("a b")
+    '"a b"'
 """
 
 from __future__ import annotations
@@ -41,20 +42,6 @@ def systemd_quote(word: str) -> str:
     if _SAFE.fullmatch(word):
         return word
     return '"' + word.replace("\\", "\\\\").replace('"', '\\"') + '"'
-
-
-def env_quote(value: str) -> str:
-    """Quote one value for an EnvironmentFile= line.
-
-    Example:
-        >>> env_quote("a b")
-        '"a b"'
-    """
-    if "\n" in value or "\r" in value:
-        raise ValueError("environment values cannot contain newlines")
-    if _SAFE.fullmatch(value):
-        return value
-    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
 def sysctl_line(key: str, value: int | str) -> str:

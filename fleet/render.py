@@ -35,11 +35,12 @@ from fleet.paths import (
     unit_name,
     unit_path,
 )
-from fleet.quoting import env_quote, sysctl_line, systemd_quote
+from fleet.quoting import sysctl_line, systemd_quote
 from fleet.secrets import read_secret
 from fleet.spec import Fleet, Host, SecretRef, Server, Variant
 from fleet.stack import stack_plan
 from fleet.templating import template
+from hostside import envfile
 
 WAIT_SCRIPT = remote_program("wait_healthy")
 #: The uv release that installs managed interpreters where the distro's Python doesn't match.
@@ -191,9 +192,13 @@ def render_unit(fleet: Fleet, host_name: str, name: str) -> str:
 
 
 def render_env(env: dict[str, str], server_name: str) -> str:
-    """The EnvironmentFile text of one server."""
-    quoted = {key: env_quote(value) for key, value in env.items()}
-    return template("vllm-server.env.j2").render(env=quoted, server_name=server_name)
+    """The EnvironmentFile text of one server (:func:`hostside.envfile.dumps`, the one writer
+    whose reader the host-side programs use)."""
+    return envfile.dumps(
+        env,
+        comment=f"Managed by vllm-fleet: environment of vLLM server {server_name} "
+        "(mode 0600, may hold secrets).",
+    )
 
 
 def render_sysctl(sysctl: dict[str, int | str]) -> str:

@@ -15,22 +15,12 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from pathlib import Path
 
+if not __package__:  # run as a file: siblings import as the hostside package (see hostside)
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-def api_key(env_file: str) -> str | None:
-    """VLLM_API_KEY from a systemd EnvironmentFile, if set there."""
-    try:
-        with open(env_file, encoding="utf-8") as lines:
-            for line in lines:
-                key, _, value = line.strip().partition("=")
-                if key == "VLLM_API_KEY":
-                    value = value.strip()
-                    if len(value) >= 2 and value[0] == value[-1] == '"':
-                        value = value[1:-1].replace('\\"', '"').replace("\\\\", "\\")
-                    return value
-    except OSError:
-        return None
-    return None
+from hostside import envfile
 
 
 def complete(port: int, model: str, key: str | None) -> dict:
@@ -55,7 +45,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--env-file", required=True)
     parser.add_argument("--timeout", type=float, default=300)
     args = parser.parse_args(argv)
-    key = api_key(args.env_file)
+    key = envfile.read_value(args.env_file, "VLLM_API_KEY")
     deadline = time.monotonic() + args.timeout
     error = "no attempt"
     while time.monotonic() < deadline:

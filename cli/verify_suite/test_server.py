@@ -11,7 +11,7 @@ import shlex
 
 from conftest import Target
 
-from cli.remote import HOST_REQUEST
+from cli.remote import REQUEST_COMMAND
 
 
 def http(target: Target, path: str, body: dict | None = None, auth: bool = True) -> dict:
@@ -23,9 +23,7 @@ def http(target: Target, path: str, body: dict | None = None, auth: bool = True)
         "auth": auth,
         "env_file": target.server["env_path"],
     }
-    command = (
-        f"printf %s {shlex.quote(json.dumps(payload))} | python3 -c {shlex.quote(HOST_REQUEST)}"
-    )
+    command = f"printf %s {shlex.quote(json.dumps(payload))} | {REQUEST_COMMAND}"
     result = target.host.run(command)
     assert result.rc == 0, result.stderr
     return json.loads(result.stdout)

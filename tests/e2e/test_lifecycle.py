@@ -18,8 +18,10 @@ from pathlib import Path
 
 import pytest
 
+from hostside import envfile
 from sandbox import hosts as sandbox
 from sandbox import modelserver
+from tests.unit.hostside.test_envfile import HOSTILE, SYSTEMD_READS
 
 pytestmark = pytest.mark.e2e
 
@@ -27,7 +29,9 @@ ROOT = Path(__file__).resolve().parents[2]
 HOST = "e2e-1"
 SERVER_PORT = 18100
 MODEL_PORT = 18765
-API_KEY = "e2e-secret-7f3a9c1d"
+#: Quotes, a backslash, ``$`` and spaces: written by the env-file writer, enforced by vLLM, read
+#: back on the host by the readiness check, ``fleet verify`` and ``fleet complete`` alike.
+API_KEY = 'e2e "se\\cret" $HOME 7f3a9c1d'
 ARCHIVE_SHA = (ROOT / "testmodel" / "tiny-llama.tar.gz.sha256").read_text().split()[0]
 WRONG_SHA = "0" * 63 + "1"
 
@@ -167,6 +171,7 @@ def test_complete_prints_an_answer(second_run, fleet_file: Path) -> None:
 def test_api_key_stays_out_of_deploy_output(converge, second_run) -> None:
     for output in (converge.stdout, converge.stderr, second_run.stdout, second_run.stderr):
         assert API_KEY not in output
+        assert envfile.quote(API_KEY) not in output
 
 
 def test_api_key_stays_out_of_the_unit(second_run) -> None:
@@ -184,7 +189,43 @@ def test_api_key_stays_out_of_process_lists(second_run) -> None:
 def test_api_key_is_in_the_private_environment_file(second_run) -> None:
     env = on_host("stat -c '%a %U' /etc/vllm-fleet/chat.env && cat /etc/vllm-fleet/chat.env")
     assert env.stdout.splitlines()[0] == "600 root"
-    assert f"VLLM_API_KEY={API_KEY}" in env.stdout
+    assert envfile.loads(env.stdout)["VLLM_API_KEY"] == API_KEY
+
+
+def test_systemd_gives_the_server_the_api_key(second_run) -> None:
+    """What systemd itself read from the environment file: the running server's environment."""
+    environ = on_host(
+        "tr '\\0' '\\n' < /proc/$(systemctl show -p MainPID --value vllm-chat.service)/environ"
+    )
+    assert f"VLLM_API_KEY={API_KEY}" in environ.stdout.splitlines()
+
+
+def systemd_reads(text: str) -> dict[str, str]:
+    """The variables real systemd reads from an environment file of ``text`` (on the host)."""
+    put_on_host("/tmp/envfile-check.env", text)
+    result = on_host(
+        "systemd-run --quiet --wait --pipe -p EnvironmentFile=/tmp/envfile-check.env "
+        "/usr/bin/env -0"
+    )
+    assert result.returncode == 0, result.stderr
+    pairs = (item.partition("=") for item in result.stdout.split("\0") if item)
+    return {key: value for key, _, value in pairs}
+
+
+def test_systemd_reads_what_the_writer_writes(second_run) -> None:
+    env = {f"FLEET_V{i}": value for i, value in enumerate(HOSTILE.values())}
+    read = systemd_reads(envfile.dumps(env, comment="written by hostside.envfile"))
+    assert {key: read.get(key) for key in env} == env
+
+
+@pytest.mark.parametrize("text", [text for text, _ in SYSTEMD_READS.values()],
+                         ids=list(SYSTEMD_READS))
+def test_the_reader_reads_what_systemd_reads(second_run, text: str) -> None:
+    read = systemd_reads(text)
+    ours = envfile.loads(text)
+    assert {key: read.get(key) for key in ours} == ours
+    names = {key for key in read if key in {"A", "B", "C", "1A", "A-B", "JUNK"}}
+    assert names == set(ours)
 
 
 def test_server_restarts_when_its_engine_dies(second_run) -> None:

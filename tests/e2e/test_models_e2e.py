@@ -28,6 +28,7 @@ from pathlib import Path
 
 import pytest
 
+from fleet.paths import program_command, remote_program
 from sandbox import hosts as sandbox
 from tests.support.faultserver import FaultServer
 
@@ -211,9 +212,9 @@ def test_both_servers_answer(converged) -> None:
 
 def test_live_links_point_at_verified_versions(converged) -> None:
     assert link("tiny-a") == f".versions/tiny-a-{V1_SHA[:16]}"
-    report = json.loads(on_host(
-        f"python3 /usr/local/lib/vllm-fleet/fetch_model.py check --name tiny-b "
-        f"--models-dir {MODELS} --deep --json").stdout)
+    report = json.loads(on_host(shlex.join(program_command(
+        "fetch_model", "check", "--name", "tiny-b", "--models-dir", MODELS, "--deep", "--json",
+    ))).stdout)
     assert report["ok"] and report["id"] == V1_SHA
 
 
@@ -366,7 +367,7 @@ def test_drift_fact_is_the_installers_check(resumed) -> None:
     from facts.models import ModelCheck
 
     fact = ModelCheck()
-    command = fact.command("/usr/local/lib/vllm-fleet/fetch_model.py", "tiny-b", MODELS, True)
+    command = fact.command(remote_program("fetch_model"), "tiny-b", MODELS, True)
     report = fact.process(on_host(command.get_raw_value()).stdout.splitlines())
     assert report is not None and report["ok"] and report["deep"]
 

@@ -15,8 +15,9 @@ from pathlib import Path
 import pytest
 
 from fleet.load import load_fleet, load_text
-from fleet.render import env_quote, host_plan, read_secret, render_sysctl, systemd_quote
+from fleet.render import host_plan, read_secret, render_sysctl, systemd_quote
 from fleet.schema import SCHEMA_PATH, fleet_schema
+from hostside.envfile import quote as env_quote
 
 ROOT = Path(__file__).resolve().parents[3]
 DATA = ROOT / "tests" / "data"

@@ -1,4 +1,5 @@
-"""The host-side model installer (hostside/fetch_model.py), run here against faults.
+"""The host-side model installer (hostside/fetch_model.py and hostside/models/), run here against
+faults.
 
 Every fault of issue 5 that concerns the installer alone runs here, in-process, against a
 loopback HTTP server the test controls (:mod:`faultserver`): truncated transfers, wrong
@@ -15,7 +16,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import importlib.util
 import io
 import json
 import os
@@ -30,17 +30,12 @@ from typing import Any
 
 import pytest
 
+from hostside import fetch_model as fm
+from hostside import local_command, local_path, program_files
+from hostside.models import store
+from hostside.models.store import MANIFEST
 from tests.support.faultserver import FaultServer
 from tests.support.hfmirror import HfMirror
-
-ROOT = Path(__file__).resolve().parents[3]
-SCRIPT = ROOT / "hostside" / "fetch_model.py"
-
-_spec = importlib.util.spec_from_file_location("fetch_model", SCRIPT)
-assert _spec is not None and _spec.loader is not None
-fm = importlib.util.module_from_spec(_spec)
-sys.modules["fetch_model"] = fm
-_spec.loader.exec_module(fm)
 
 NAME = "tiny"
 
@@ -195,7 +190,7 @@ needs_root = pytest.mark.skipif(not as_root(), reason="mounting a small tmpfs ne
 
 def test_install_switches_the_live_link_to_a_verified_version(installed, models: Path) -> None:
     assert installed["link"] == f".versions/{NAME}-{installed['sha'][:16]}"
-    manifest = json.loads((models / NAME / fm.MANIFEST).read_text())
+    manifest = json.loads((models / NAME / MANIFEST).read_text())
     assert manifest["sha256"] == installed["sha"]
     assert set(manifest["files"]) == {"config.json", "sub/model.safetensors"}
     assert manifest["links"] == {"tokenizer.json": "sub/model.safetensors"}
@@ -245,7 +240,7 @@ def test_single_file(www: Path, server: FaultServer, models: Path) -> None:
     code, _, err = install(models, server.url("tiny-q4.gguf"), digest)
     assert code == 0, err
     assert (models / NAME / "tiny-q4.gguf").read_bytes() == data
-    manifest = json.loads((models / NAME / fm.MANIFEST).read_text())
+    manifest = json.loads((models / NAME / MANIFEST).read_text())
     assert manifest["files"]["tiny-q4.gguf"]["sha256"] == digest
 
 
@@ -443,7 +438,7 @@ MALICIOUS = {
     "hardlink-unknown": ([("h", "hardlink", "nowhere")], "does not point to an earlier file"),
     "device": ([("dev", "chr", None)], "is a device, FIFO or other special file"),
     "fifo": ([("f", "fifo", None)], "is a device, FIFO or other special file"),
-    "manifest": ([(fm.MANIFEST, "file", b"{}")], "would overwrite the fleet manifest"),
+    "manifest": ([(MANIFEST, "file", b"{}")], "would overwrite the fleet manifest"),
 }
 
 
@@ -482,7 +477,7 @@ def test_quick_check_finds_a_touched_file(installed, models: Path) -> None:
 
 def test_quick_check_finds_an_added_file(installed, models: Path) -> None:
     (models / NAME / "extra.bin").write_bytes(b"x")
-    report = fm.check(fm.Layout(models, NAME))
+    report = store.check(store.Layout(models, NAME))
     assert report["problems"] == [{"path": "extra.bin", "problem": "not part of the model (added)"}]
 
 
@@ -584,20 +579,23 @@ def test_rollback_skips_a_damaged_version(www: Path, server: FaultServer, models
 def test_script_runs_with_the_system_python(installed, models: Path) -> None:
     """The host runs it as a plain script with python3 (standard library only)."""
     result = subprocess.run(
-        ["python3", str(SCRIPT), "check", "--name", NAME, "--models-dir", str(models)],
-        capture_output=True, text=True, check=False, env={"PATH": os.environ["PATH"]},
+        local_command("fetch_model", "check", "--name", NAME, "--models-dir", str(models),
+                      python="python3"),
+        capture_output=True, text=True, check=False, env={"PATH": os.environ["PATH"]}, cwd="/",
     )
     assert result.returncode == 0, result.stderr
     assert "intact" in result.stdout
 
 
-def test_script_imports_only_the_standard_library() -> None:
-    source = SCRIPT.read_text()
+@pytest.mark.parametrize("module", program_files("fetch_model"))
+def test_script_imports_only_the_standard_library(module: str) -> None:
+    source = (local_path("fetch_model").parent / module).read_text()
     imported = {
         line.split()[1].split(".")[0]
         for line in source.splitlines()
         if line.startswith(("import ", "from ")) and not line.startswith("from __future__")
     }
+    imported -= {"hostside"}  # its own siblings, uploaded with it (hostside.program_files)
     assert imported <= set(sys.stdlib_module_names), imported - set(sys.stdlib_module_names)
 
 
@@ -635,7 +633,7 @@ def test_hf_repo_from_a_mirror(mirror: HfMirror, models: Path) -> None:
     code, _, err = install_hf(models, mirror)
     assert code == 0, err
     assert live_target(models) == f".versions/{NAME}-{COMMIT[:16]}"
-    manifest = json.loads((models / NAME / fm.MANIFEST).read_text())
+    manifest = json.loads((models / NAME / MANIFEST).read_text())
     assert manifest["revision"] == COMMIT
     assert set(manifest["files"]) == {"config.json", "model.safetensors", "sub/tokenizer.json"}
     assert not (models / NAME / ".cache").exists()

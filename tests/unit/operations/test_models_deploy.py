@@ -7,15 +7,13 @@ sandbox host in test_models_e2e.py.
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
 from typing import Any
 
 import pytest
 from pyinfra.api import FileUploadCommand
 
 from facts.models import ModelCheck
-from fleet.modelplan import ARCHIVE_SUFFIXES, model_plan
+from fleet.modelplan import model_plan
 from fleet.spec import Model, SecretRef
 from operations import models as deploy_models
 
@@ -134,15 +132,6 @@ def test_model_plan_unpacks_by_suffix(url: str, unpack: bool, zstd: bool) -> Non
 
 def test_unpack_setting_wins_over_the_suffix() -> None:
     assert plan(url="http://h/m.bin", sha256=SHA, unpack=True)["unpack"] is True
-
-
-def test_suffixes_agree_with_the_installer() -> None:
-    script = Path(__file__).resolve().parents[3] / "hostside" / "fetch_model.py"
-    spec = importlib.util.spec_from_file_location("fetch_model_suffixes", script)
-    assert spec is not None and spec.loader is not None
-    installer = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(installer)
-    assert installer.ARCHIVE_SUFFIXES == ARCHIVE_SUFFIXES
 
 
 def test_fact_command_runs_the_installers_check() -> None:
