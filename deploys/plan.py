@@ -17,13 +17,14 @@ from pyinfra.api.operation import OperationMeta
 from pyinfra.operations import files
 
 from fleet.hostplan import HostPlan
+from fleet.inventory import PLAN_KEY
 from fleet.paths import remote_program
 from hostside import local_path
 
 
 def current_plan() -> HostPlan:
     """This host's plan; a DeployError if the inventory is not vllm-fleet's."""
-    plan = host.data.get("fleet")
+    plan = host.data.get(PLAN_KEY)
     if not isinstance(plan, HostPlan):
         raise DeployError(
             f"host {host.name} has no fleet plan: run pyinfra with vllm-fleet's inventory.py "
