@@ -6,13 +6,12 @@ Run it with the fleet inventory, which validates the fleet file before any host 
     FLEET=inventory/examples/workstation-4090.yaml pyinfra inventory.py deploy.py
 """
 
-from pyinfra import host
-
 from deploys.cuda import cuda
 from deploys.host_tuning import host_tuning
 from deploys.models import models
 from deploys.nvidia import nvidia
 from deploys.os_tuning import os_tuning
+from deploys.plan import current_plan
 from deploys.services import retired_servers, services
 from deploys.vllm_env import vllm_env
 
@@ -24,7 +23,7 @@ os_tuning()
 # Servers renamed or taken out of the fleet file: stopped and removed before any other starts.
 retired_servers()
 # A host without servers gets the stack only (e.g. a GPU host prepared ahead of its models).
-if host.data.get("fleet", {}).get("stack", {}).get("serves", True):
+if current_plan().stack.serves:
     venv_changed = vllm_env()
     models_changed = models()
     services(

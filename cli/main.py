@@ -27,7 +27,7 @@ from cli.console import connect, err, out, plural, report
 from cli.drift.command import add_parser as add_drift_parser
 from cli.models import add_parser as add_models_parser
 from cli.planview import reasons, tables
-from fleet.inventory import DEFAULT_FLEET, fleet_path
+from fleet.inventory import DEFAULT_FLEET, fleet_path, plan_of
 from fleet.load import load_fleet
 from fleet.plan import plan_fleet
 from fleet.problems import FleetError
@@ -96,11 +96,11 @@ def cmd_render(args: argparse.Namespace) -> int:
         if args.host and name != args.host:
             continue
         plan = host_plan(fleet, name, secrets=lambda ref: "********")
-        for server in plan["servers"]:
-            out.rule(f"{name}: {server['unit_path']}")
-            out.print(server["unit_text"], markup=False, soft_wrap=True)
-            out.rule(f"{name}: {server['env_path']} (0600)")
-            out.print(server["env_text"], markup=False, soft_wrap=True)
+        for server in plan.servers:
+            out.rule(f"{name}: {server.unit_path}")
+            out.print(server.unit_text, markup=False, soft_wrap=True)
+            out.rule(f"{name}: {server.env_path} (0600)")
+            out.print(server.env_text, markup=False, soft_wrap=True)
     return 0
 
 
@@ -195,30 +195,30 @@ def cmd_complete(args: argparse.Namespace) -> int:
     targets = [
         (name, data, server)
         for name, data in hosts
-        for server in data["fleet"]["servers"]
-        if args.server in (None, f"{name}/{server['name']}", server["name"])
+        for server in plan_of(data).servers
+        if args.server in (None, f"{name}/{server.name}", server.name)
     ]
     if not targets:
         err.print(f"no server {args.server!r} in {args.fleet}")
         return 1
     name, data, server = targets[0]
-    body = {"model": server["served_name"], "prompt": args.prompt, "max_tokens": args.max_tokens}
+    body = {"model": server.served_name, "prompt": args.prompt, "max_tokens": args.max_tokens}
     payload = {
-        "port": server["port"],
+        "port": server.port,
         "path": "/v1/completions",
         "body": body,
-        "env_file": server["env_path"],
+        "env_file": server.env_path,
     }
     result = remote.run(data, remote.REQUEST_COMMAND, json.dumps(payload))
     answer = json.loads(result.stdout) if result.returncode == 0 else None
     if answer is None or answer["status"] != 200:
         why = result.stderr.strip() if answer is None else f"HTTP {answer['status']}"
-        err.print(f"[bold red]{name}/{server['name']} did not answer:[/] {why}")
+        err.print(f"[bold red]{name}/{server.name} did not answer:[/] {why}")
         return 1
     reply = json.loads(answer["body"])
     text = reply["choices"][0]["text"]
     usage = reply.get("usage", {})
-    out.print(f"[bold]{name}/{server['name']}[/] ({server['served_name']}) answered "
+    out.print(f"[bold]{name}/{server.name}[/] ({server.served_name}) answered "
               f"{usage.get('completion_tokens', '?')} tokens:")
     out.print(repr(args.prompt + text), markup=False)
     return 0

@@ -34,6 +34,8 @@ from rich.table import Table
 
 from cli import remote
 from cli.console import connect, err, out
+from fleet.hostplan import HostPlan
+from fleet.inventory import plan_of
 from fleet.paths import MODELS_DIR, program_command, remote_program
 from fleet.plan import gib
 
@@ -61,19 +63,23 @@ def _targets(hosts: list[tuple[str, dict]], host: str | None, model: str | None)
     for name, data in hosts:
         if host not in (None, name):
             continue
-        for entry in data["fleet"]["models"]:
-            if model in (None, entry["name"]):
+        for entry in plan_of(data).models:
+            if model in (None, entry.name):
                 yield name, data, entry
 
 
-def undeclared(installed: list[dict[str, Any]], plan: dict[str, Any]) -> list[dict[str, Any]]:
+def undeclared(installed: list[dict[str, Any]], plan: HostPlan) -> list[dict[str, Any]]:
     """The installed models (installer ``list``) that a host's plan does not use.
 
     Example:
-        >>> undeclared([{"name": "tiny"}, {"name": "old"}], {"models": [{"name": "tiny"}]})
+        >>> from fleet.load import load_fleet
+        >>> from fleet.render import host_plan
+        >>> plan = host_plan(load_fleet("inventory/sandbox.yaml"), "sandbox-1",
+        ...                  secrets=lambda ref: "")
+        >>> undeclared([{"name": "tiny-llama"}, {"name": "old"}], plan)
         [{'name': 'old'}]
     """
-    declared = {model["name"] for model in plan["models"]}
+    declared = {model.name for model in plan.models}
     return [model for model in installed if model["name"] not in declared]
 
 
@@ -95,7 +101,7 @@ def cmd_models(args: argparse.Namespace) -> int:
         return 1
     name, data, entry = targets[0]
     if args.action == "versions":
-        result = remote.run(data, installer_command("versions", entry["name"]))
+        result = remote.run(data, installer_command("versions", entry.name))
         if result.returncode != 0:
             err.print(f"{name}: {result.stderr.strip()}", markup=False)
             return 1
@@ -121,17 +127,17 @@ def _check(targets, deep: bool, out, err, remote, table_class) -> int:
     for name, data, entry in targets:
         deep_flag = ["--deep"] if deep else []
         result = remote.run(
-            data, installer_command("check", entry["name"], "--json", *deep_flag),
+            data, installer_command("check", entry.name, "--json", *deep_flag),
             timeout=24 * 3600,
         )
         try:
             report = json.loads(result.stdout)
         except ValueError:
-            table.add_row(name, entry["name"], "?", "?", "[red]error[/]",
+            table.add_row(name, entry.name, "?", "?", "[red]error[/]",
                           (result.stderr.strip() or "no answer")[-200:])
             status = max(status, 1)
             continue
-        want = (entry["id"] or "")[:16]
+        want = (entry.id or "")[:16]
         problems = [f"{p['path']}: {p['problem']}" for p in report["problems"]]
         if report["installed"] and report.get("id") and not report["id"].startswith(want):
             problems.insert(0, f"live version {report['version']}, the fleet file names {want}")
@@ -140,9 +146,9 @@ def _check(targets, deep: bool, out, err, remote, table_class) -> int:
         state = "[green]ok[/]" if not problems else "[red]drift[/]"
         if problems:
             status = 2
-        table.add_row(name, entry["name"], report.get("version") or "—",
+        table.add_row(name, entry.name, report.get("version") or "—",
                       "deep" if deep else "quick", state, str(len(problems)))
-        lines += [f"{name} {entry['name']}: {problem}" for problem in problems]
+        lines += [f"{name} {entry.name}: {problem}" for problem in problems]
     out.print(table)
     for line in lines:
         out.print(line, markup=False, soft_wrap=True)
@@ -153,35 +159,36 @@ def _check(targets, deep: bool, out, err, remote, table_class) -> int:
 
 
 def _rollback(name, data, entry, to, out, err, remote) -> int:
-    result = remote.run(data, installer_command("rollback", entry["name"],
+    result = remote.run(data, installer_command("rollback", entry.name,
                                                 *(["--to", to] if to else [])))
     if result.returncode != 0:
         err.print(f"{name}: {result.stderr.strip()}", markup=False, soft_wrap=True)
         return 1
     out.print(result.stdout.strip(), markup=False)
-    servers = [s for s in data["fleet"]["servers"] if s["model"] == entry["name"]]
-    python = f"{data['fleet']['venv']}/bin/python"
+    plan = plan_of(data)
+    servers = plan.servers_of(entry.name)
+    python = plan.python_bin
     for server in servers:
-        restart = remote.run(data, f"systemctl restart {shlex.quote(server['unit'])}",
+        restart = remote.run(data, f"systemctl restart {shlex.quote(server.unit)}",
                              timeout=1800)
         if restart.returncode != 0:
-            err.print(f"{name}: restart of {server['unit']} failed: {restart.stderr.strip()}",
+            err.print(f"{name}: restart of {server.unit} failed: {restart.stderr.strip()}",
                       markup=False)
             return 1
         ready = remote.run(
             data,
-            shlex.join(program_command("check_ready", "--port", str(server["port"]), "--model",
-                                       server["served_name"], "--env-file", server["env_path"],
+            shlex.join(program_command("check_ready", "--port", str(server.port), "--model",
+                                       server.served_name, "--env-file", server.env_path,
                                        python=python)),
             timeout=900,
         )
         if ready.returncode != 0:
-            err.print(f"{name}: {server['unit']} restarted but does not answer: "
+            err.print(f"{name}: {server.unit} restarted but does not answer: "
                       f"{ready.stderr.strip()}", markup=False)
             return 1
-        out.print(f"{name}: restarted {server['unit']}; it answers a completion")
+        out.print(f"{name}: restarted {server.unit}; it answers a completion")
     out.print(
-        f"the fleet file still names {str(entry['id'])[:16]} for {entry['name']}: the next "
+        f"the fleet file still names {str(entry.id)[:16]} for {entry.name}: the next "
         "deploy switches forward again unless you change it back there too"
     )
     return 0
@@ -197,7 +204,7 @@ def _prune(hosts, only: str | None, yes: bool, out, err, remote, table_class) ->
         listing = remote.run(data, shlex.join(
             program_command("fetch_model", "list", "--models-dir", MODELS_DIR)))
         try:
-            models = undeclared(json.loads(listing.stdout), data["fleet"])
+            models = undeclared(json.loads(listing.stdout), plan_of(data))
         except ValueError:
             err.print(f"{name}: cannot list models: "
                       f"{(listing.stderr.strip() or 'no answer')[-300:]}", markup=False)

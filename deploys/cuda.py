@@ -1,7 +1,8 @@
 """The CUDA toolkit of a host: one pinned ``cuda-toolkit-X-Y``, held, on PATH via profile.d.
 
 The toolkit comes from NVIDIA's CUDA repository, which ``deploys.nvidia`` configures; only
-hosts that declare ``os.cuda`` get it.
+hosts that declare ``os.cuda`` get it (``fleet check`` refuses os.cuda without a driver from
+that repository, so the deploy does not check it again).
 
 Example:
     from deploys.cuda import cuda
@@ -13,7 +14,6 @@ from __future__ import annotations
 from io import StringIO
 
 from pyinfra.api import deploy
-from pyinfra.api.exceptions import DeployError
 from pyinfra.api.operation import OperationMeta
 from pyinfra.operations import apt, files
 
@@ -24,27 +24,19 @@ from operations.nvidia import packages_held
 @deploy("CUDA toolkit")
 def cuda() -> OperationMeta | None:
     """Install and hold the declared toolkit, and put its bin/ on login shells' PATH."""
-    plan = current_plan()
-    stack = plan["stack"]
-    toolkit = stack["cuda"]
+    toolkit = current_plan().stack.cuda
     if toolkit is None:
         return None
-    nvidia = stack["nvidia"]
-    if nvidia is None or nvidia["source"] != "nvidia":
-        raise DeployError(
-            f"CUDA {toolkit['version']} comes from NVIDIA's CUDA repository: declare os.nvidia "
-            "with source: nvidia (the default), or remove os.cuda"
-        )
     install = apt.packages(
-        name=f"Install {toolkit['package']}",
-        packages=[toolkit["package"]],
+        name=f"Install {toolkit.package}",
+        packages=[toolkit.package],
         no_recommends=True,
     )
-    packages_held(name=f"Hold {toolkit['package']}", packages=[toolkit["package"]])
+    packages_held(name=f"Hold {toolkit.package}", packages=[toolkit.package])
     files.put(
-        name=f"Put CUDA {toolkit['version']} on PATH (profile.d)",
-        src=StringIO(toolkit["profile_text"]),
-        dest=toolkit["profile_path"],
+        name=f"Put CUDA {toolkit.version} on PATH (profile.d)",
+        src=StringIO(toolkit.profile_text),
+        dest=toolkit.profile_path,
         user="root", group="root", mode="644",
     )  # fmt: skip
     return install

@@ -24,37 +24,36 @@ def host_tuning() -> OperationMeta:
 
     Returns the drop-in's operation: vLLM units must restart when it changed.
     """
-    plan = current_plan()
-    stack = plan["stack"]
-    governor = stack["governor"]
+    stack = current_plan().stack
+    governor = stack.governor
     if governor is not None:
         unit_op = files.put(
-            name=f"Write {governor['unit']} (CPU governor {governor['name']})",
-            src=StringIO(governor["unit_text"]),
-            dest=governor["unit_path"],
+            name=f"Write {governor.unit} (CPU governor {governor.name})",
+            src=StringIO(governor.unit_text),
+            dest=governor.unit_path,
             user="root", group="root", mode="644",
         )  # fmt: skip
         systemd.daemon_reload(name="Reload systemd for the governor unit", _if=unit_op.did_change)
         systemd.service(
-            name=f"Enable {governor['unit']}", service=governor["unit"], running=None, enabled=True
+            name=f"Enable {governor.unit}", service=governor.unit, running=None, enabled=True
         )
         governor_applied(
-            name=f"Apply the {governor['name']} governor",
-            governor=governor["name"],
-            unit=governor["unit"],
+            name=f"Apply the {governor.name} governor",
+            governor=governor.name,
+            unit=governor.unit,
         )
         systemd.service(
-            name=f"Re-run {governor['unit']} (it changed)",
-            service=governor["unit"],
+            name=f"Re-run {governor.unit} (it changed)",
+            service=governor.unit,
             running=None,
             command="restart",
             _if=unit_op.did_change,
         )
-    nofile = stack["nofile"]
+    nofile = stack.nofile
     dropin = files.put(
-        name=f"Open-file limit {nofile['value']} for the vLLM units (drop-in)",
-        src=StringIO(nofile["text"]),
-        dest=nofile["path"],
+        name=f"Open-file limit {nofile.value} for the vLLM units (drop-in)",
+        src=StringIO(nofile.text),
+        dest=nofile.path,
         user="root", group="root", mode="644",
     )  # fmt: skip
     systemd.daemon_reload(name="Reload systemd for the nofile drop-in", _if=dropin.did_change)

@@ -24,6 +24,7 @@ from pyinfra.api.operation import OperationMeta
 from pyinfra.operations import apt, files
 
 from deploys.plan import current_plan, upload_program
+from fleet.modelplan import model_check
 from operations.models import model_installed
 
 
@@ -31,38 +32,39 @@ from operations.models import model_installed
 def models() -> dict[str, OperationMeta]:
     """Install every model this host's servers use; return each model's operation."""
     plan = current_plan()
+    try:
+        check = model_check(host.data.get("model_check"))
+    except ValueError as error:
+        raise DeployError(str(error)) from None
     installer, _ = upload_program("fetch_model", "the model installer")
     files.directory(
         name="Create the models directory",
-        path=plan["models_dir"],
+        path=plan.models_dir,
         user="root",
         group="root",
         mode="755",
     )
     files.directory(
         name="Create the private staging directory",
-        path=f"{plan['models_dir']}/.staging",
+        path=plan.staging_dir,
         user="root",
         group="root",
         mode="700",
     )
-    if any(model.get("needs_zstd") for model in plan["models"]):
+    if any(model.needs_zstd for model in plan.models):
         apt.packages(
             name="Install zstd (for .tar.zst models)",
             packages=["zstd"],
             update=True,
             cache_time=24 * 3600,
         )
-    check = str(host.data.get("model_check") or "quick")
-    if check not in ("quick", "deep"):
-        raise DeployError(f"model_check must be quick or deep, not {check!r}")
     changed = {}
-    for model in plan["models"]:
-        python = f"{plan['venv']}/bin/python" if model["kind"] == "hf" else "python3"
-        changed[model["name"]] = model_installed(
-            name=f"Install model {model['name']}",
+    for model in plan.models:
+        python = plan.python_bin if model.kind == "hf" else "python3"
+        changed[model.name] = model_installed(
+            name=f"Install model {model.name}",
             model=model,
-            models_dir=plan["models_dir"],
+            models_dir=plan.models_dir,
             script_path=installer,
             python=python,
             check=check,

@@ -15,7 +15,6 @@ Example:
 from __future__ import annotations
 
 from io import StringIO
-from typing import Any
 
 from pyinfra import host, logger
 from pyinfra.api import deploy
@@ -30,7 +29,15 @@ from deploys.plan import current_plan, upload_program
 from facts.gpus import PciGpus
 from facts.host import Container
 from facts.nvidia import NvidiaDriverLoaded
-from fleet.stack import driver_layout, driver_matches, pin_text, repo_url, source_text
+from fleet.hostplan import NvidiaStack, StackPlan
+from fleet.stack import (
+    DriverLayout,
+    driver_layout,
+    driver_matches,
+    pin_text,
+    repo_url,
+    source_text,
+)
 from operations.nvidia import (
     apt_key_installed,
     driver_installed,
@@ -39,27 +46,22 @@ from operations.nvidia import (
     packages_held,
 )
 
-NOUVEAU_TEXT = (
-    "# Managed by vllm-fleet: the NVIDIA driver needs nouveau out of the way.\n"
-    "blacklist nouveau\noptions nouveau modeset=0\n"
-)
-
-
 # --------------------------------------------------------------------------------------------
 # The deploy
 # --------------------------------------------------------------------------------------------
 
 
-def preflight(stack: dict[str, Any]) -> dict[str, Any]:
-    """Refuse what cannot work, before anything is installed; return the host's facts.
+def preflight(stack: StackPlan) -> DriverLayout:
+    """Refuse what cannot work, before anything is installed; return the host's driver layout.
 
     Raises DeployError for: an unsupported distribution or architecture; declared GPUs that
     the PCI bus does not show. (A vLLM build the declared driver cannot run never gets here:
     ``fleet check`` refuses it, and the inventory loads the fleet file through it.)
     """
-    nvidia = stack["nvidia"]
+    nvidia = stack.nvidia
+    assert nvidia is not None, "preflight runs only for hosts with os.nvidia"
     pci = host.get_fact(PciGpus)
-    declared = stack["gpus"]["count"]
+    declared = stack.gpus.count
     if declared and len(pci["gpus"]) != declared:
         slots = ", ".join(gpu["slot"] for gpu in pci["gpus"]) or "none"
         raise DeployError(
@@ -74,22 +76,22 @@ def preflight(stack: dict[str, Any]) -> dict[str, Any]:
         raise DeployError(f"{host.name}: {error}") from None
 
 
-def _repository(nvidia: dict[str, Any], facts: dict[str, Any]) -> list[OperationMeta]:
-    if nvidia["source"] != "nvidia":
-        files.file(name="No NVIDIA apt source (distro packages)", path=nvidia["sources_path"],
+def _repository(nvidia: NvidiaStack, layout: DriverLayout) -> list[OperationMeta]:
+    if nvidia.source != "nvidia":
+        files.file(name="No NVIDIA apt source (distro packages)", path=nvidia.sources_path,
                    present=False)  # fmt: skip
         return []
-    base = repo_url(nvidia, facts["distro"], facts["arch"])
+    base = repo_url(nvidia, layout.distro, layout.arch)
     key_op = apt_key_installed(
         name="Install the NVIDIA repository's signing key",
-        url=f"{base}{nvidia['repository_key'][-8:].lower()}.pub",
-        path=nvidia["keyring"],
-        fingerprint=nvidia["repository_key"],
+        url=f"{base}{nvidia.repository_key[-8:].lower()}.pub",
+        path=nvidia.keyring,
+        fingerprint=nvidia.repository_key,
     )
     source_op = files.put(
         name="Add the NVIDIA apt repository",
-        src=StringIO(source_text(nvidia, facts["distro"], facts["arch"])),
-        dest=nvidia["sources_path"],
+        src=StringIO(source_text(nvidia, layout.distro, layout.arch)),
+        dest=nvidia.sources_path,
         user="root", group="root", mode="644",
     )  # fmt: skip
     return [key_op, source_op]
@@ -101,25 +103,24 @@ def nvidia() -> OperationMeta | None:
 
     Returns the driver operation (its change means a new driver), or None without os.nvidia.
     """
-    plan = current_plan()
-    stack = plan["stack"]
-    nvidia = stack["nvidia"]
+    stack = current_plan().stack
+    nvidia = stack.nvidia
     if nvidia is None:
         return None
-    facts = preflight(stack)
-    repo_ops = _repository(nvidia, facts)
+    layout = preflight(stack)
+    repo_ops = _repository(nvidia, layout)
     if repo_ops:
         apt.update(name="Read the NVIDIA repository's package lists", _if=any_changed(*repo_ops))
     files.put(
         name="Pin the NVIDIA driver packages",
-        src=StringIO(pin_text(facts["packages"], nvidia["driver"])),
-        dest=nvidia["preferences_path"],
+        src=StringIO(pin_text(layout.packages, nvidia.driver)),
+        dest=nvidia.preferences_path,
         user="root", group="root", mode="644",
     )  # fmt: skip
     blacklist = files.put(
         name="Blacklist nouveau",
-        src=StringIO(NOUVEAU_TEXT),
-        dest=nvidia["nouveau_path"],
+        src=StringIO(nvidia.nouveau_text),
+        dest=nvidia.nouveau_path,
         user="root", group="root", mode="644",
     )  # fmt: skip
     server.shell(
@@ -132,25 +133,25 @@ def nvidia() -> OperationMeta | None:
     )
     installer, _ = upload_program("nvidia_driver", "the driver installer")
     driver_op = driver_installed(
-        name=f"Install NVIDIA driver {nvidia['driver']}"
-        + (" with its fabric manager" if facts["fabric_manager"] else ""),
-        declared=nvidia["driver"],
-        packages=facts["packages"],
-        probe=facts["probe"],
+        name=f"Install NVIDIA driver {nvidia.driver}"
+        + (" with its fabric manager" if layout.fabric_manager_wanted else ""),
+        declared=nvidia.driver,
+        packages=list(layout.packages),
+        probe=layout.probe,
         script=installer,
-        origin=facts["origin"],
+        origin=layout.origin,
     )
-    packages_held(name="Hold the NVIDIA driver packages", packages=facts["packages"])
+    packages_held(name="Hold the NVIDIA driver packages", packages=list(layout.packages))
     _reboot(nvidia, driver_op)
-    if facts["fabric_manager"]:
+    if layout.fabric_manager:
         systemd.service(name="Enable the fabric manager", service="nvidia-fabricmanager.service",
                         running=None, enabled=True)  # fmt: skip
         server.shell(
             name="Restart the fabric manager with the new driver",
-            commands=[fabric_manager_command("restart", facts["packages"][-1])],
+            commands=[fabric_manager_command("restart", layout.fabric_manager)],
             _if=driver_op.did_change,
         )
-        fabric_manager_running(name="Start the fabric manager", package=facts["packages"][-1])
+        fabric_manager_running(name="Start the fabric manager", package=layout.fabric_manager)
     _persistence(nvidia)
     return driver_op
 
@@ -162,36 +163,36 @@ def _reboot_pending(driver: str) -> None:
     )
 
 
-def _reboot(nvidia: dict[str, Any], driver_op: OperationMeta) -> None:
+def _reboot(nvidia: NvidiaStack, driver_op: OperationMeta) -> None:
     loaded = host.get_fact(NvidiaDriverLoaded)
     container = host.get_fact(Container)
-    if loaded and not driver_matches(nvidia["driver"], loaded["version"]):
+    if loaded and not driver_matches(nvidia.driver, loaded["version"]):
         logger.warning(
             f"{host.print_prefix}the loaded NVIDIA driver is {loaded['version']}, the fleet file "
-            f"declares {nvidia['driver']}: a reboot is pending"
+            f"declares {nvidia.driver}: a reboot is pending"
         )
-    if nvidia["reboot"] and container is None:
+    if nvidia.reboot and container is None:
         server.reboot(name="Reboot into the new NVIDIA driver", _if=driver_op.did_change)
     else:
         python.call(
             name="Report the pending reboot",
             function=_reboot_pending,
-            driver=nvidia["driver"],
+            driver=nvidia.driver,
             _if=driver_op.did_change,
         )
 
 
-def _persistence(nvidia: dict[str, Any]) -> None:
+def _persistence(nvidia: NvidiaStack) -> None:
     unit = "nvidia-persistenced.service"
-    if not nvidia["persistence"]:
+    if not nvidia.persistence:
         dropin = files.file(name="No persistence drop-in (persistence: false)",
-                            path=nvidia["persistenced_path"], present=False)  # fmt: skip
+                            path=nvidia.persistenced_path, present=False)  # fmt: skip
         systemd.daemon_reload(name="Reload systemd for persistenced", _if=dropin.did_change)
         return
     dropin = files.put(
         name="Persistence mode through nvidia-persistenced (drop-in)",
-        src=StringIO(nvidia["persistenced_text"]),
-        dest=nvidia["persistenced_path"],
+        src=StringIO(nvidia.persistenced_text),
+        dest=nvidia.persistenced_path,
         user="root", group="root", mode="644",
     )  # fmt: skip
     systemd.daemon_reload(name="Reload systemd for persistenced", _if=dropin.did_change)

@@ -20,15 +20,15 @@ from operations.host import sysctl_applied
 def os_tuning() -> None:
     """Write the sysctl drop-in and apply what this host's kernel lets us change."""
     plan = current_plan()
-    if not plan["sysctl"]:
-        files.file(name="No sysctl drop-in declared", path=plan["sysctl_path"], present=False)
+    if not plan.sysctl:
+        files.file(name="No sysctl drop-in declared", path=plan.sysctl_path, present=False)
         return
     files.put(
         name="Write the sysctl drop-in",
-        src=StringIO(plan["sysctl_text"]),
-        dest=plan["sysctl_path"],
+        src=StringIO(plan.sysctl_text),
+        dest=plan.sysctl_path,
         user="root",
         group="root",
         mode="644",
     )
-    sysctl_applied(name="Apply kernel parameters", values=plan["sysctl"])
+    sysctl_applied(name="Apply kernel parameters", values=plan.sysctl)

@@ -5,27 +5,27 @@ contacted.
 
 Example:
     from deploys.plan import current_plan
-    plan = current_plan()
-    plan["venv"]   # '/opt/vllm-fleet/venv'
+    plan = current_plan()   # a fleet.hostplan.HostPlan
+    plan.venv               # '/opt/vllm-fleet/venv'
 """
 
 from __future__ import annotations
-
-from typing import Any
 
 from pyinfra import host
 from pyinfra.api.exceptions import DeployError
 from pyinfra.api.operation import OperationMeta
 from pyinfra.operations import files
 
+from fleet.hostplan import HostPlan
+from fleet.inventory import PLAN_KEY
 from fleet.paths import HOSTSIDE_DIR, remote_program
 from hostside import PACKAGE_DIR, program_files
 
 
-def current_plan() -> dict[str, Any]:
+def current_plan() -> HostPlan:
     """This host's plan; a DeployError if the inventory is not vllm-fleet's."""
-    plan = host.data.get("fleet")
-    if not plan:
+    plan = host.data.get(PLAN_KEY)
+    if not isinstance(plan, HostPlan):
         raise DeployError(
             f"host {host.name} has no fleet plan: run pyinfra with vllm-fleet's inventory.py "
             "(pyinfra inventory.py deploy.py), which reads the fleet file"

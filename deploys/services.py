@@ -20,7 +20,7 @@ from pyinfra.operations import files, server, systemd
 from pyinfra.operations.util import any_changed
 
 from deploys.plan import current_plan, upload_programs
-from fleet.paths import PREVIOUS_DIR, SERVICE_HOME, previous_paths
+from fleet.paths import PREVIOUS_DIR, SERVICE_HOME, SERVICE_SHELL, previous_paths
 from operations.services import (
     previous_saved,
     server_answers,
@@ -39,9 +39,9 @@ def retired_servers() -> None:
     plan = current_plan()
     undeclared_servers_removed(
         name="Remove servers that are no longer in the fleet file",
-        keep=[entry["unit"] for entry in plan["servers"]],
-        unit_dir=plan["unit_dir"],
-        env_dir=plan["env_dir"],
+        keep=[entry.unit for entry in plan.servers],
+        unit_dir=plan.unit_dir,
+        env_dir=plan.env_dir,
         previous_dir=PREVIOUS_DIR,
     )
 
@@ -58,14 +58,10 @@ def services(
     limits): when it changed, every server restarts to take it.
     """
     plan = current_plan()
-    multi_node = [e["name"] for e in plan["servers"] if e.get("worker_hosts")]
-    if multi_node:
-        raise DeployError(
-            f"{', '.join(multi_node)}: servers spanning hosts (worker_hosts, Ray) are planned and "
-            "checked by `fleet plan`, but this version does not deploy them yet; deploy them "
-            "by hand or keep each server on one host"
-        )
-    user = plan["user"]
+    refused = [f"{entry.name}: {entry.refusal}" for entry in plan.servers if entry.refusal]
+    if refused:
+        raise DeployError("; ".join(refused))
+    user = plan.user
     server.group(name="Create the service group", group=user, system=True)
     server.user(
         name="Create the service user",
@@ -73,13 +69,13 @@ def services(
         group=user,
         system=True,
         home=SERVICE_HOME,
-        shell="/usr/sbin/nologin",
+        shell=SERVICE_SHELL,
         create_home=False,
         ensure_home=False,
     )
     files.directory(
         name="Create the environment file directory",
-        path=plan["env_dir"],
+        path=plan.env_dir,
         user="root",
         group="root",
         mode="700",
@@ -103,42 +99,42 @@ def services(
         group="root",
         mode="700",
     )
-    python = f"{plan['venv']}/bin/python"
-    for entry in plan["servers"]:
-        unit = entry["unit"]
+    python = plan.python_bin
+    for entry in plan.servers:
+        unit = entry.unit
         server_args_valid(
             name=f"Check the flags of {unit} with the installed vLLM",
             unit=unit,
-            unit_path=entry["unit_path"],
-            unit_text=entry["unit_text"],
+            unit_path=entry.unit_path,
+            unit_text=entry.unit_text,
             python=python,
             script=validator,
         )
-        saved_unit, saved_env = previous_paths(entry["name"])
+        saved_unit, saved_env = previous_paths(entry.name)
         previous_saved(
             name=f"Keep the current environment of {unit}",
-            path=entry["env_path"],
-            text=entry["env_text"],
+            path=entry.env_path,
+            text=entry.env_text,
             backup=saved_env,
         )
         previous_saved(
             name=f"Keep the current {unit}",
-            path=entry["unit_path"],
-            text=entry["unit_text"],
+            path=entry.unit_path,
+            text=entry.unit_text,
             backup=saved_unit,
         )
         env_op = files.put(
             name=f"Write the environment of {unit}",
-            src=StringIO(entry["env_text"]),
-            dest=entry["env_path"],
+            src=StringIO(entry.env_text),
+            dest=entry.env_path,
             user="root",
             group="root",
             mode="600",
         )
         unit_op = files.put(
             name=f"Write {unit}",
-            src=StringIO(entry["unit_text"]),
-            dest=entry["unit_path"],
+            src=StringIO(entry.unit_text),
+            dest=entry.unit_path,
             user="root",
             group="root",
             mode="644",
@@ -147,12 +143,12 @@ def services(
         changed = [env_op, unit_op, *wait_ops, venv_changed]
         if limits_changed is not None:
             changed.append(limits_changed)
-        if entry["model"] in models_changed:
-            changed.append(models_changed[entry["model"]])
+        if entry.model in models_changed:
+            changed.append(models_changed[entry.model])
         restart_op = server_restarted(
             name=f"Restart {unit} (its configuration changed)",
             unit=unit,
-            restore={entry["unit_path"]: saved_unit, entry["env_path"]: saved_env},
+            restore={entry.unit_path: saved_unit, entry.env_path: saved_env},
             script=restarter,
             _if=any_changed(*changed),
         )
@@ -163,10 +159,10 @@ def services(
             enabled=True,
         )
         server_answers(
-            name=f"Check that {entry['name']} answers a completion",
-            port=entry["port"],
-            served_name=entry["served_name"],
-            env_file=entry["env_path"],
+            name=f"Check that {entry.name} answers a completion",
+            port=entry.port,
+            served_name=entry.served_name,
+            env_file=entry.env_path,
             script=checker,
             python=python,
             _if=any_changed(restart_op, start_op),

@@ -19,12 +19,13 @@ from pyinfra.operations import apt
 
 from deploys.plan import current_plan
 from facts.vllm import PythonVersion
+from fleet.hostplan import HostPlan
 from fleet.paths import PYTHON_DIR, UV_DIR
 from operations.python import managed_python, venv_ready
 from operations.vllm import vllm_installed
 
 
-def _interpreter(plan: dict) -> tuple[str, str]:
+def _interpreter(plan: HostPlan) -> tuple[str, str]:
     """The Python version the venv must have, and the shell word naming its interpreter."""
     distro = host.get_fact(PythonVersion)
     if distro is None:
@@ -33,7 +34,7 @@ def _interpreter(plan: dict) -> tuple[str, str]:
             "deploy's host-side helpers and creates the venv)"
         )
     distro_minor = ".".join(distro.split(".")[:2])
-    wanted = plan["python"] or distro_minor
+    wanted = plan.python or distro_minor
     if wanted == distro_minor:
         return wanted, "python3"
     managed_python(
@@ -41,8 +42,8 @@ def _interpreter(plan: dict) -> tuple[str, str]:
         version=wanted,
         uv_dir=UV_DIR,
         install_dir=PYTHON_DIR,
-        uv_version=plan["uv_version"],
-        mirror=plan["python_mirror"],
+        uv_version=plan.uv_version,
+        mirror=plan.python_mirror,
     )
     finder = (
         f'"$(UV_PYTHON_INSTALL_DIR={PYTHON_DIR} {UV_DIR}/bin/uv python find --managed-python '
@@ -57,24 +58,24 @@ def vllm_env() -> OperationMeta:
     plan = current_plan()
     apt.packages(
         name="Install packages vLLM needs",
-        packages=plan["apt_packages"],
+        packages=list(plan.apt_packages),
         update=True,
         cache_time=24 * 3600,
     )
     version, interpreter = _interpreter(plan)
     venv_ready(
         name=f"Create the vLLM venv (Python {version})",
-        venv=plan["venv"],
+        venv=plan.venv,
         version=version,
         interpreter=interpreter,
     )
     # A rebuilt venv is empty, so the install below changes too: it alone says "vLLM changed".
     return vllm_installed(
-        name=f"Install {plan['vllm_package']}",
-        venv=plan["venv"],
-        requirement=plan["vllm_package"],
-        version=plan["vllm_version"],
-        remove=plan["pip_remove"],
-        wheel=plan["vllm_wheel"],
-        extra_index_url=plan["pip_extra_index"],
+        name=f"Install {plan.vllm_package}",
+        venv=plan.venv,
+        requirement=plan.vllm_package,
+        version=plan.vllm_version,
+        remove=list(plan.pip_remove),
+        wheel=plan.vllm_wheel,
+        extra_index_url=plan.pip_extra_index,
     )

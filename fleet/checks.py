@@ -87,6 +87,7 @@ def _check_host(fleet: Fleet, name: str, host: Host) -> Iterator[Finding]:
             "an NVIDIA driver on a host that runs the cpu build",
             "remove os.nvidia, or use a GPU build",
         )
+    yield from _check_cuda(base, host)
 
     ports: dict[int, str] = {}
     shares: dict[int, list[tuple[str, float]]] = defaultdict(list)
@@ -166,6 +167,52 @@ def _check_host(fleet: Fleet, name: str, host: Host) -> Iterator[Finding]:
                 "(gpu-memory-utilization is a fraction of the GPU's total, per server)",
                 "lower gpu-memory-utilization so that they sum below 1 with headroom",
             )
+
+
+def _check_cuda(base: tuple[str | int, ...], host: Host) -> Iterator[Finding]:
+    """The CUDA toolkit comes from NVIDIA's repository: it needs an NVIDIA-sourced driver.
+
+    (A GPU build without os.nvidia is already refused as "needs an NVIDIA driver".)
+    """
+    cuda, nvidia = host.os.cuda, host.os.nvidia
+    if cuda is None:
+        return
+    if nvidia is None and host.vllm.variant is Variant.cpu:
+        yield (
+            (*base, "os", "cuda"),
+            f"CUDA {cuda} on a host without an NVIDIA driver (the cpu build needs no toolkit)",
+            "remove os.cuda",
+        )
+    elif nvidia is not None and nvidia.source != "nvidia":
+        yield (
+            (*base, "os", "nvidia", "source"),
+            f"CUDA {cuda} comes from NVIDIA's CUDA repository, which source: "
+            f"{nvidia.source} does not configure",
+            "use source: nvidia (the default), or remove os.cuda",
+        )
+
+
+#: Why this version does not deploy a server across hosts (the deploy refuses it, and
+#: ``fleet check`` warns about it).
+MULTI_NODE_REFUSAL = (
+    "a server across hosts (worker_hosts, Ray) is planned and checked, not deployed by this "
+    "version"
+)
+
+
+def deploy_refusal(server: Server) -> str | None:
+    """Why this version does not deploy ``server`` (None: it does); the host plan carries it.
+
+    Example:
+        >>> from fleet.spec import Server
+        >>> deploy_refusal(Server(model="m", port=1)) is None
+        True
+        >>> deploy_refusal(Server(model="m", port=1, worker_hosts=["b"]))[:36]
+        'a server across hosts (worker_hosts,'
+    """
+    if server.worker_hosts:
+        return MULTI_NODE_REFUSAL + "; deploy it by hand, or keep the server on one host"
+    return None
 
 
 def _check_gpu_table(name: str, host: Host) -> Iterator[Finding]:
@@ -319,7 +366,8 @@ def _model_hint(wanted: str, fleet: Fleet) -> str:
 
 
 def check_warnings(fleet: Fleet) -> Iterator[Finding]:
-    """Things that work but are slower than they need be: parallelism over slow GPU links.
+    """Things that work but are slower than they need be (parallelism over slow GPU links), and
+    servers that are planned and checked but not deployed by this version.
 
     Example:
         >>> from fleet.load import load_fleet
@@ -330,6 +378,13 @@ def check_warnings(fleet: Fleet) -> Iterator[Finding]:
         for server_name, server in host.servers.items():
             sbase = ("hosts", name, "servers", server_name)
             yield from flag_warnings(sbase, server, host.vllm.version)
+            if server.worker_hosts:
+                yield (
+                    (*sbase, "worker_hosts"),
+                    MULTI_NODE_REFUSAL + "; `fleet check` and `fleet plan` accept it, the "
+                    "deploy refuses it",
+                    "deploy it by hand, or keep the server on one host",
+                )
         links = host.gpus.links
         if not links:
             continue

@@ -1,9 +1,12 @@
 """Build pyinfra's inventory (hosts and their data) from a fleet file.
 
+Each host's data holds its connection settings and, under ``fleet``, its typed
+:class:`fleet.hostplan.HostPlan` (``host.data.fleet`` in deploys; :func:`plan_of` elsewhere).
+
 Example:
     hosts = inventory_hosts("inventory/sandbox.yaml")
-    hosts[0][0], hosts[0][1]["ssh_hostname"]
-    # → ('sandbox-1', '127.0.0.1')
+    hosts[0][0], hosts[0][1]["ssh_hostname"], plan_of(hosts[0][1]).servers[0].unit
+    # → ('sandbox-1', '127.0.0.1', 'vllm-tiny.service')
 """
 
 from __future__ import annotations
@@ -12,12 +15,15 @@ import os
 from pathlib import Path
 from typing import Any
 
+from fleet.hostplan import HostPlan
 from fleet.load import FleetError, Problem, load_fleet
 from fleet.render import host_plan, read_secret
 from fleet.spec import Fleet, Host
 from sandbox import hosts as sandbox
 
 DEFAULT_FLEET = "inventory/sandbox.yaml"
+#: The key of a host's data that holds its plan (pyinfra: ``host.data.fleet``).
+PLAN_KEY = "fleet"
 
 
 def fleet_path() -> Path:
@@ -57,7 +63,7 @@ def inventory_hosts(path: str | Path, fleet: Fleet | None = None) -> list[tuple[
     for name, host in fleet.hosts.items():
         try:
             data = connection_data(name, host, str(path))
-            data["fleet"] = host_plan(fleet, name, secrets=read_secret)
+            data[PLAN_KEY] = host_plan(fleet, name, secrets=read_secret)
         except FleetError as err:
             problems += err.problems
             continue
@@ -68,3 +74,8 @@ def inventory_hosts(path: str | Path, fleet: Fleet | None = None) -> list[tuple[
     if problems:
         raise FleetError(problems)
     return hosts
+
+
+def plan_of(data: dict[str, Any]) -> HostPlan:
+    """The host plan inside one host's inventory data (from :func:`inventory_hosts`)."""
+    return data[PLAN_KEY]

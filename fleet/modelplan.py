@@ -1,10 +1,11 @@
-"""The models of a host plan: what the models deploy installs, from each fleet-file model.
+"""The models of a host plan: what the models deploy installs, from each fleet-file model,
+and how deeply a deploy checks an installed one (``--data model_check=quick|deep``).
 
 Example:
     >>> from fleet.spec import Model
     >>> plan = model_plan("tiny", Model(url="http://h/tiny.tar.gz", sha256="a" * 64),
     ...                   secrets=lambda ref: "")
-    >>> plan["kind"], plan["unpack"], plan["id"][:4], plan["keep"]
+    >>> plan.kind, plan.unpack, plan.id[:4], plan.keep
     ('url', True, 'aaaa', 1)
 """
 
@@ -12,8 +13,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
+from fleet.hostplan import ModelInstall
 from fleet.paths import model_path
 from fleet.spec import Model, SecretRef
 
@@ -24,26 +25,45 @@ from hostside.models.sources import file_name
 __all__ = ["ARCHIVE_SUFFIXES", "file_name", "is_archive", "model_plan"]
 
 
-def model_plan(name: str, model: Model, secrets: Callable[[SecretRef], str]) -> dict[str, Any]:
-    """The plain data the models deploy needs for one model."""
-    kind = "hf" if model.hf else "file" if model.file else "url"
+def model_plan(name: str, model: Model, secrets: Callable[[SecretRef], str]) -> ModelInstall:
+    """What the models deploy needs for one model (the token read through ``secrets``)."""
     source = model.url or model.file or ""
-    local = str(Path(model.file).expanduser()) if model.file else None
     unpack = (model.unpack if model.unpack is not None else is_archive(source)) if source else None
-    return {
-        "name": name,
-        "path": model_path(name),
-        "kind": kind,
-        "url": model.url,
-        "file": local,
-        "sha256": model.sha256,
-        "unpack": unpack,
-        "filename": file_name(source) if source else None,
-        "hf": model.hf,
-        "revision": model.revision,
-        "endpoint": model.endpoint,
-        "token": secrets(model.token) if model.token is not None else None,
-        "id": model.sha256 or model.revision,
-        "keep": model.keep,
-        "needs_zstd": bool(unpack) and source.lower().endswith((".zst", ".tzst")),
-    }
+    return ModelInstall(
+        name=name,
+        path=model_path(name),
+        kind="hf" if model.hf else "file" if model.file else "url",
+        url=model.url,
+        file=str(Path(model.file).expanduser()) if model.file else None,
+        sha256=model.sha256,
+        unpack=unpack,
+        filename=file_name(source) if source else None,
+        hf=model.hf,
+        revision=model.revision,
+        endpoint=model.endpoint,
+        token=secrets(model.token) if model.token is not None else None,
+        keep=model.keep,
+    )
+
+
+#: How deeply a deploy checks an installed model: sizes and modification times, or re-hash.
+MODEL_CHECKS = ("quick", "deep")
+
+
+def model_check(value: object) -> str:
+    """The ``model_check`` setting (a pyinfra ``--data`` override): ``quick`` when unset.
+
+    Raises ValueError, with the sentence to show, for anything but quick or deep.
+
+    Example:
+        >>> model_check(None), model_check("deep")
+        ('quick', 'deep')
+        >>> model_check("full")
+        Traceback (most recent call last):
+        ...
+        ValueError: model_check must be quick or deep, not 'full'
+    """
+    check = str(value or "quick")
+    if check not in MODEL_CHECKS:
+        raise ValueError(f"model_check must be quick or deep, not {check!r}")
+    return check

@@ -26,6 +26,8 @@ PYTHON_DIR = "/opt/vllm-fleet/python"
 
 # -- servers ----------------------------------------------------------------------------------
 SERVICE_USER = "vllm"
+#: The service user's login shell (none).
+SERVICE_SHELL = "/usr/sbin/nologin"
 #: The service user's home (not created: each server has its own state directory).
 SERVICE_HOME = "/var/lib/vllm-fleet"
 UNIT_DIR = "/etc/systemd/system"
@@ -48,6 +50,15 @@ NOUVEAU_BLACKLIST = "/etc/modprobe.d/vllm-fleet-blacklist-nouveau.conf"
 NVIDIA_KEYRING = "/etc/apt/keyrings/vllm-fleet-nvidia.gpg"
 NVIDIA_SOURCES = "/etc/apt/sources.list.d/vllm-fleet-nvidia.list"
 NVIDIA_PREFERENCES = "/etc/apt/preferences.d/vllm-fleet-nvidia"
+#: Device nodes every GPU server may use beside its own ``/dev/nvidiaN`` (``char-nvidia-caps``
+#: is systemd's name for the MIG capability devices).
+NVIDIA_DEVICES = (
+    "/dev/nvidiactl",
+    "/dev/nvidia-uvm",
+    "/dev/nvidia-uvm-tools",
+    "/dev/nvidia-modeset",
+    "char-nvidia-caps",
+)
 
 
 def unit_name(server: str) -> str:
@@ -92,6 +103,16 @@ def state_dir(server: str) -> str:
     return f"vllm-fleet/{SERVERS}/{server}"
 
 
+def state_home(server: str) -> str:
+    """A server's HOME: its state directory, absolute.
+
+    Example:
+        >>> state_home("tiny")
+        '/var/lib/vllm-fleet/servers/tiny'
+    """
+    return f"/var/lib/{state_dir(server)}"
+
+
 def cache_dir(server: str) -> str:
     """A server's ``CacheDirectory=`` below /var/cache (TMPDIR, vLLM's and torch's caches)."""
     return f"/var/cache/vllm-fleet/{SERVERS}/{server}"
@@ -100,6 +121,16 @@ def cache_dir(server: str) -> str:
 def runtime_dir(server: str) -> str:
     """A server's ``RuntimeDirectory=`` (relative to /run)."""
     return f"vllm-fleet/{SERVERS}/{server}"
+
+
+def runtime_path(server: str) -> str:
+    """A server's runtime directory, absolute: ``/run/vllm-fleet-tiny``."""
+    return f"/run/{runtime_dir(server)}"
+
+
+def gpu_device(index: int) -> str:
+    """The device node of one GPU: ``/dev/nvidia0``."""
+    return f"/dev/nvidia{index}"
 
 
 def model_path(model: str) -> str:

@@ -1,37 +1,37 @@
 """Render what a host gets: unit files, environment files, the sysctl drop-in, the host plan.
 
-Nothing here touches a host. :func:`host_plan` turns one validated host into the plain data
-that ``inventory.py`` hands to the deploys (``host.data.fleet``); the deploys only compare it
-with facts and apply it.
+Nothing here touches a host. :func:`host_plan` turns one validated host into its typed
+:class:`fleet.hostplan.HostPlan`, which ``inventory.py`` hands to the deploys
+(``host.data.fleet``); the deploys only compare it with facts and apply it.
 
 Example:
     >>> from fleet.load import load_fleet
     >>> fleet = load_fleet("inventory/sandbox.yaml")
     >>> plan = host_plan(fleet, "sandbox-1", secrets=lambda ref: "")
-    >>> plan["servers"][0]["unit"]
+    >>> plan.servers[0].unit
     'vllm-tiny.service'
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
+from fleet.checks import deploy_refusal
+from fleet.hostplan import HostPlan, ServerUnit
 from fleet.modelplan import model_plan
 from fleet.paths import (
-    ENV_DIR,
-    MODELS_DIR,
-    REMOTE_DIR,
+    NVIDIA_DEVICES,
     SERVICE_USER,
-    SYSCTL_DROPIN,
-    UNIT_DIR,
     VENV_DIR,
     cache_dir,
     env_path,
+    gpu_device,
     model_path,
     remote_program,
     runtime_dir,
+    runtime_path,
     state_dir,
+    state_home,
     unit_name,
     unit_path,
 )
@@ -49,14 +49,7 @@ UV_VERSION = "0.13.9"
 START_TIMEOUT = 900
 #: Packages that the CPU build must not have beside its CPU torch (CUDA builds of them break
 #: transformers' imports).
-CPU_CONFLICTS = ["torchvision", "torchaudio", "torchcodec"]
-NVIDIA_DEVICES = [
-    "/dev/nvidiactl",
-    "/dev/nvidia-uvm",
-    "/dev/nvidia-uvm-tools",
-    "/dev/nvidia-modeset",
-    "char-nvidia-caps",
-]
+CPU_CONFLICTS = ("torchvision", "torchaudio", "torchcodec")
 
 def vllm_args(server: Server) -> list[str]:
     """The server's ``args`` as vLLM command-line words, in the fleet file's order.
@@ -123,13 +116,13 @@ def server_env(
     """The environment of one server: its own directories, offline hub, GPUs, secrets, extras."""
     cache = cache_dir(name)
     env = {
-        "HOME": f"/var/lib/{state_dir(name)}",
+        "HOME": state_home(name),
         "TMPDIR": f"{cache}/tmp",
         "XDG_CACHE_HOME": cache,
         "VLLM_CACHE_ROOT": f"{cache}/vllm",
         "HF_HOME": f"{cache}/huggingface",
         "TORCHINDUCTOR_CACHE_DIR": f"{cache}/inductor",
-        "VLLM_RPC_BASE_PATH": f"/run/{runtime_dir(name)}",
+        "VLLM_RPC_BASE_PATH": runtime_path(name),
         "HF_HUB_OFFLINE": "1",
         "VLLM_NO_USAGE_STATS": "1",
         "DO_NOT_TRACK": "1",
@@ -184,7 +177,7 @@ def render_unit(fleet: Fleet, host_name: str, name: str) -> str:
         wait_script=WAIT_SCRIPT,
         start_timeout=START_TIMEOUT,
         gpu_devices=(
-            [f"/dev/nvidia{i}" for i in sorted(set(server.gpus))] + NVIDIA_DEVICES
+            [gpu_device(i) for i in sorted(set(server.gpus))] + list(NVIDIA_DEVICES)
             if host.vllm.variant is not Variant.cpu
             else []
         ),
@@ -207,58 +200,52 @@ def render_sysctl(sysctl: dict[str, int | str]) -> str:
     return template("sysctl.conf.j2").render(lines=lines)
 
 
+def server_unit(fleet: Fleet, host_name: str, name: str,
+                secrets: Callable[[SecretRef], str]) -> ServerUnit:
+    """One server of a host, rendered: unit, environment file and what the deploys need."""
+    host = fleet.hosts[host_name]
+    server = host.servers[name]
+    return ServerUnit(
+        name=name,
+        unit=unit_name(name),
+        unit_path=unit_path(name),
+        unit_text=render_unit(fleet, host_name, name),
+        env_path=env_path(name),
+        env_text=render_env(server_env(host, name, server, secrets), name),
+        model=server.model,
+        served_name=server.served_model_name or server.model,
+        host=server.host,
+        port=server.port,
+        has_api_key=server.api_key is not None,
+        worker_hosts=tuple(server.worker_hosts),
+        after=tuple(start_order(host)[name]),
+        refusal=deploy_refusal(server),
+    )
+
+
 def host_plan(
     fleet: Fleet, host_name: str, secrets: Callable[[SecretRef], str] = read_secret
-) -> dict[str, Any]:
-    """Everything the deploys need for one host, as plain (JSON-able) data."""
+) -> HostPlan:
+    """Everything the deploys need for one host, typed (the whole contract to the deploys)."""
     host = fleet.hosts[host_name]
     variant = host.vllm.variant
     models = sorted({server.model for server in host.servers.values()})
-    servers = []
-    for name, server in host.servers.items():
-        env = server_env(host, name, server, secrets)
-        servers.append(
-            {
-                "name": name,
-                "unit": unit_name(name),
-                "unit_path": unit_path(name),
-                "unit_text": render_unit(fleet, host_name, name),
-                "env_path": env_path(name),
-                "env_text": render_env(env, name),
-                "model": server.model,
-                "served_name": server.served_model_name or server.model,
-                "host": server.host,
-                "port": server.port,
-                "has_api_key": server.api_key is not None,
-                "worker_hosts": list(server.worker_hosts),
-                "after": start_order(host)[name],
-            }
-        )
-    return {
-        "host": host_name,
-        "variant": variant.value,
-        "python": host.os.python,
-        "venv": VENV_DIR,
-        "vllm_package": host.vllm.package,
-        "vllm_wheel": host.vllm.wheel,
-        "pip_extra_index": host.vllm.torch_index,
-        "python_mirror": host.os.python_mirror,
-        "uv_version": UV_VERSION,
-        "vllm_version": host.vllm.version,
-        "pip_remove": CPU_CONFLICTS if variant is Variant.cpu else [],
-        "apt_packages": ["python3-venv", *(["libnuma1"] if variant is Variant.cpu else [])],
-        "user": SERVICE_USER,
-        "sysctl": dict(host.os.sysctl),
-        "sysctl_path": SYSCTL_DROPIN,
-        "sysctl_text": render_sysctl(host.os.sysctl) if host.os.sysctl else "",
-        "models_dir": MODELS_DIR,
-        "models": [model_plan(name, fleet.models[name], secrets) for name in models],
-        "servers": servers,
-        "remote_dir": REMOTE_DIR,
-        "wait_script": WAIT_SCRIPT,
-        "env_dir": ENV_DIR,
-        "unit_dir": UNIT_DIR,
-        "stack": stack_plan(host),
-    }
-
-
+    return HostPlan(
+        host=host_name,
+        variant=variant.value,
+        python=host.os.python,
+        vllm_package=host.vllm.package,
+        vllm_version=host.vllm.version,
+        vllm_wheel=host.vllm.wheel,
+        pip_extra_index=host.vllm.torch_index,
+        python_mirror=host.os.python_mirror,
+        uv_version=UV_VERSION,
+        pip_remove=CPU_CONFLICTS if variant is Variant.cpu else (),
+        apt_packages=("python3-venv", *(["libnuma1"] if variant is Variant.cpu else [])),
+        sysctl=dict(host.os.sysctl),
+        sysctl_text=render_sysctl(host.os.sysctl) if host.os.sysctl else "",
+        models=tuple(model_plan(name, fleet.models[name], secrets) for name in models),
+        servers=tuple(server_unit(fleet, host_name, name, secrets) for name in host.servers),
+        stack=stack_plan(host),
+        wait_script=WAIT_SCRIPT,
+    )

@@ -1,8 +1,10 @@
-"""The pinned stack under vLLM, as plain data: NVIDIA driver, fabric manager, persistence, CUDA,
-CPU governor, open-file limit — what the GPU-stack deploys apply and ``fleet drift`` checks.
+"""The pinned stack under vLLM, typed (:class:`fleet.hostplan.StackPlan`): NVIDIA driver, fabric
+manager, persistence, CUDA, CPU governor, open-file limit — what the GPU-stack deploys apply and
+``fleet drift`` checks.
 
-Nothing here touches a host: package names that depend on the distribution are chosen by the
-deploy (``deploys/nvidia.py``), which knows the distribution from its facts.
+Nothing here touches a host: package names that depend on the distribution are decided by
+:func:`driver_layout` from the facts that the deploy (``deploys/nvidia.py``) and ``fleet drift``
+read, so both decide them by this one rule.
 
 Example:
     >>> from fleet.spec import Host
@@ -10,14 +12,23 @@ Example:
     ...     "os": {"nvidia": {"driver": "535"}, "cuda": "12.8", "cpu_governor": "performance"},
     ...     "vllm": {"version": "0.11.0", "variant": "cu129"}})
     >>> plan = stack_plan(host)
-    >>> plan["nvidia"]["branch"], plan["cuda"]["package"], plan["governor"]["name"]
+    >>> plan.nvidia.branch, plan.cuda.package, plan.governor.name
     (535, 'cuda-toolkit-12-8', 'performance')
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
+from fleet.hostplan import (
+    CudaStack,
+    DeclaredGpus,
+    GovernorUnit,
+    NofileLimit,
+    NvidiaStack,
+    StackPlan,
+)
 from fleet.paths import (
     CUDA_PROFILE,
     GOVERNOR_UNIT,
@@ -30,7 +41,7 @@ from fleet.paths import (
     UNIT_DIR,
     cuda_home,
 )
-from fleet.spec import MIN_DRIVER_FOR_VARIANT, Host
+from fleet.spec import MIN_DRIVER_FOR_VARIANT, Host, Nvidia
 from fleet.templating import template
 
 
@@ -98,14 +109,42 @@ def repo_arch(arch: str | None) -> str:
     return REPO_ARCHS[arch]
 
 
-def _ubuntu_packages(branch: int, fabric_manager: bool) -> dict[str, Any]:
+@dataclass(frozen=True)
+class DriverPackages:
+    """The packages that make up the driver on one distribution.
+
+    + packages: installed at one upstream version, then held (fabric manager last, if any)
+    + probe: the one whose version is "the driver"
+    """
+
+    packages: tuple[str, ...]
+    probe: str
+
+    @property
+    def fabric_manager(self) -> str | None:
+        """The fabric manager's package, or None without one.
+
+        Example:
+            >>> DriverPackages(("nvidia-driver-570", "nvidia-fabricmanager-570"),
+            ...                "nvidia-driver-570").fabric_manager
+            'nvidia-fabricmanager-570'
+        """
+        return next((p for p in self.packages if p.startswith("nvidia-fabricmanager")), None)
+
+    @property
+    def driver_parts(self) -> tuple[str, ...]:
+        """The packages of the driver itself (the fabric manager left out)."""
+        return tuple(p for p in self.packages if p != self.fabric_manager)
+
+
+def _ubuntu_packages(branch: int, fabric_manager: bool) -> DriverPackages:
     packages = [f"nvidia-driver-{branch}"]
     if fabric_manager:
         packages.append(f"nvidia-fabricmanager-{branch}")
-    return {"packages": packages, "probe": packages[0]}
+    return DriverPackages(tuple(packages), packages[0])
 
 
-def _debian_packages(branch: int, fabric_manager: bool, source: str) -> dict[str, Any]:
+def _debian_packages(branch: int, fabric_manager: bool, source: str) -> DriverPackages:
     if source == "distro" and (branch != 535 or fabric_manager):
         raise ValueError(
             "Debian 12's own archive has driver 535 only, and no fabric manager; declare "
@@ -115,21 +154,20 @@ def _debian_packages(branch: int, fabric_manager: bool, source: str) -> dict[str
                 "nvidia-persistenced"]  # fmt: skip
     if fabric_manager:
         packages.append(f"nvidia-fabricmanager-{branch}")
-    return {"packages": packages, "probe": "nvidia-driver"}
+    return DriverPackages(tuple(packages), "nvidia-driver")
 
 
-def driver_packages(distro: str, branch: int, fabric_manager: bool, source: str) -> dict[str, Any]:
-    """The packages that make up the driver on a distribution: ``packages`` (installed at one
-    upstream version, then held) and ``probe`` (the one whose version is "the driver").
+def driver_packages(distro: str, branch: int, fabric_manager: bool, source: str) -> DriverPackages:
+    """The packages that make up the driver on a distribution.
 
     Ubuntu names the driver by branch (``nvidia-driver-570``); NVIDIA's Debian 12 repository
     has one ``nvidia-driver`` for every branch, with its parts as separate packages. The fabric
     manager is ``nvidia-fabricmanager-<branch>`` on both.
 
     Example:
-        >>> driver_packages("ubuntu2404", 570, True, "nvidia")["packages"]
-        ['nvidia-driver-570', 'nvidia-fabricmanager-570']
-        >>> driver_packages("debian12", 535, False, "nvidia")["probe"]
+        >>> driver_packages("ubuntu2404", 570, True, "nvidia").packages
+        ('nvidia-driver-570', 'nvidia-fabricmanager-570')
+        >>> driver_packages("debian12", 535, False, "nvidia").probe
         'nvidia-driver'
     """
     if distro.startswith("ubuntu"):
@@ -137,25 +175,28 @@ def driver_packages(distro: str, branch: int, fabric_manager: bool, source: str)
     return _debian_packages(branch, fabric_manager, source)
 
 
-def repo_url(nvidia: dict[str, Any], distro: str, arch: str) -> str:
+def repo_url(nvidia: NvidiaStack, distro: str, arch: str) -> str:
     """The URL of one distribution's folder of the repository (with a final slash).
 
     Example:
-        >>> repo_url({"repository": "https://example.test/repos"}, "debian12", "x86_64")
+        >>> from dataclasses import replace
+        >>> nvidia = replace(nvidia_stack(Nvidia(driver="570")),
+        ...                  repository="https://example.test/repos")
+        >>> repo_url(nvidia, "debian12", "x86_64")
         'https://example.test/repos/debian12/x86_64/'
     """
-    return f"{nvidia['repository']}/{distro}/{arch}/"
+    return f"{nvidia.repository}/{distro}/{arch}/"
 
 
-def source_text(nvidia: dict[str, Any], distro: str, arch: str) -> str:
+def source_text(nvidia: NvidiaStack, distro: str, arch: str) -> str:
     """The apt source of NVIDIA's repository, trusting its own key only (signed-by)."""
     return (
         "# Managed by vllm-fleet: NVIDIA's CUDA repository, trusted for its own key only.\n"
-        f"deb [signed-by={nvidia['keyring']}] {repo_url(nvidia, distro, arch)} /\n"
+        f"deb [signed-by={nvidia.keyring}] {repo_url(nvidia, distro, arch)} /\n"
     )
 
 
-def pin_text(packages: list[str], declared: str) -> str:
+def pin_text(packages: tuple[str, ...] | list[str], declared: str) -> str:
     """apt preferences that keep the driver packages on the declared branch or version.
 
     Example:
@@ -187,8 +228,24 @@ def fabric_manager_wanted(setting: bool | str, nvswitches: Any) -> bool:
     return bool(setting)
 
 
-def driver_layout(nvidia: dict[str, Any], distro: dict[str, Any], arch: str | None,
-                  nvswitches: Any) -> dict[str, Any]:
+@dataclass(frozen=True)
+class DriverLayout(DriverPackages):
+    """The driver of one host as its facts decide it (see :func:`driver_layout`).
+
+    + packages, probe: as :class:`DriverPackages`
+    + distro, arch: NVIDIA's repository folders (``ubuntu2404``, ``x86_64``)
+    + fabric_manager_wanted: whether the host runs the fabric manager
+    + origin: the repository apt may take the packages from ("" for distro packages)
+    """
+
+    distro: str = ""
+    arch: str = ""
+    fabric_manager_wanted: bool = False
+    origin: str = ""
+
+
+def driver_layout(nvidia: NvidiaStack, distro: dict[str, Any], arch: str | None,
+                  nvswitches: Any) -> DriverLayout:
     """The driver of one host as its facts decide it: NVIDIA's repository folders, the driver
     packages (fabric manager included where wanted), the probe package and the repository
     origin apt may take them from. The deploy installs this and ``fleet drift`` checks it.
@@ -202,75 +259,90 @@ def driver_layout(nvidia: dict[str, Any], distro: dict[str, Any], arch: str | No
     vllm-fleet does not install the stack on.
 
     Example:
-        >>> nvidia = {"fabric_manager": "auto", "branch": 570, "source": "nvidia",
-        ...           "repository": "https://example.test/repos"}
+        >>> from dataclasses import replace
+        >>> nvidia = replace(nvidia_stack(Nvidia(driver="570")),
+        ...                  repository="https://example.test/repos")
         >>> layout = driver_layout(nvidia, {"name": "Ubuntu", "major": 24, "minor": 4}, "amd64",
         ...                        nvswitches=[{"slot": "0000:05:00.0"}])
-        >>> layout["packages"], layout["origin"]
-        (['nvidia-driver-570', 'nvidia-fabricmanager-570'], 'https://example.test/repos/ubuntu2404/x86_64')
+        >>> layout.packages, layout.origin
+        (('nvidia-driver-570', 'nvidia-fabricmanager-570'), 'https://example.test/repos/ubuntu2404/x86_64')
     """
-    fabric_manager = fabric_manager_wanted(nvidia["fabric_manager"], nvswitches)
+    fabric_manager = fabric_manager_wanted(nvidia.fabric_manager, nvswitches)
     folder = repo_distro(distro.get("name"), distro.get("major"), distro.get("minor"))
     folder_arch = repo_arch(arch)
-    packages = driver_packages(folder, nvidia["branch"], fabric_manager, nvidia["source"])
+    packages = driver_packages(folder, nvidia.branch, fabric_manager, nvidia.source)
     origin = ""
-    if nvidia["source"] == "nvidia":
+    if nvidia.source == "nvidia":
         origin = repo_url(nvidia, folder, folder_arch).rstrip("/")
-    return {"distro": folder, "arch": folder_arch, "fabric_manager": fabric_manager,
-            "origin": origin, **packages}  # fmt: skip
+    return DriverLayout(packages.packages, packages.probe, distro=folder, arch=folder_arch,
+                        fabric_manager_wanted=fabric_manager, origin=origin)  # fmt: skip
 
 
-def stack_plan(host: Host) -> dict[str, Any]:
-    """The stack of one host, as plain (JSON-able) data for the deploys and for drift."""
-    nvidia = host.os.nvidia
+#: What the nouveau blacklist (``fleet.paths.NOUVEAU_BLACKLIST``) holds.
+NOUVEAU_TEXT = (
+    "# Managed by vllm-fleet: the NVIDIA driver needs nouveau out of the way.\n"
+    "blacklist nouveau\noptions nouveau modeset=0\n"
+)
+
+
+def nvidia_stack(nvidia: Nvidia) -> NvidiaStack:
+    """The NVIDIA part of a host's stack, with the files the deploy writes for it.
+
+    Example:
+        >>> nvidia_stack(Nvidia(driver="535")).sources_path
+        '/etc/apt/sources.list.d/vllm-fleet-nvidia.list'
+    """
+    return NvidiaStack(
+        driver=nvidia.driver,
+        branch=nvidia.branch,
+        persistence=nvidia.persistence,
+        fabric_manager=nvidia.fabric_manager,
+        source=nvidia.source,
+        repository=nvidia.repository,
+        repository_key=nvidia.repository_key,
+        reboot=nvidia.reboot,
+        keyring=NVIDIA_KEYRING,
+        sources_path=NVIDIA_SOURCES,
+        preferences_path=NVIDIA_PREFERENCES,
+        nouveau_path=NOUVEAU_BLACKLIST,
+        nouveau_text=NOUVEAU_TEXT,
+        persistenced_path=PERSISTENCED_DROPIN,
+        persistenced_text=template("nvidia-persistenced.conf.j2").render(),
+    )
+
+
+def stack_plan(host: Host) -> StackPlan:
+    """The stack of one host, typed, for the deploys and for drift."""
     cuda = host.os.cuda
     governor = host.os.cpu_governor
-    plan: dict[str, Any] = {
-        "gpus": {"count": host.gpus.count, "model": host.gpus.model},
-        "serves": bool(host.servers),
-        "min_driver": MIN_DRIVER_FOR_VARIANT.get(host.vllm.variant),
-        "nvidia": None,
-        "cuda": None,
-        "governor": None,
-        "nofile": {
-            "value": host.os.nofile,
-            "path": NOFILE_DROPIN,
-            "text": template("vllm-nofile.conf.j2").render(nofile=host.os.nofile),
-        },
-    }
-    if nvidia is not None:
-        plan["nvidia"] = {
-            "driver": nvidia.driver,
-            "branch": nvidia.branch,
-            "persistence": nvidia.persistence,
-            "fabric_manager": nvidia.fabric_manager,
-            "source": nvidia.source,
-            "repository": nvidia.repository,
-            "repository_key": nvidia.repository_key,
-            "reboot": nvidia.reboot,
-            "keyring": NVIDIA_KEYRING,
-            "sources_path": NVIDIA_SOURCES,
-            "preferences_path": NVIDIA_PREFERENCES,
-            "nouveau_path": NOUVEAU_BLACKLIST,
-            "persistenced_path": PERSISTENCED_DROPIN,
-            "persistenced_text": template("nvidia-persistenced.conf.j2").render(),
-        }
+    cuda_stack = None
     if cuda is not None:
         home = cuda_home(cuda)
-        plan["cuda"] = {
-            "version": cuda,
-            "package": f"cuda-toolkit-{cuda.replace('.', '-')}",
-            "home": home,
-            "profile_path": CUDA_PROFILE,
-            "profile_text": template("cuda-profile.sh.j2").render(version=cuda, home=home),
-        }
+        cuda_stack = CudaStack(
+            version=cuda,
+            package=f"cuda-toolkit-{cuda.replace('.', '-')}",
+            home=home,
+            profile_path=CUDA_PROFILE,
+            profile_text=template("cuda-profile.sh.j2").render(version=cuda, home=home),
+        )
+    governor_unit = None
     if governor is not None:
-        plan["governor"] = {
-            "name": governor.value,
-            "unit": GOVERNOR_UNIT,
-            "unit_path": f"{UNIT_DIR}/{GOVERNOR_UNIT}",
-            "unit_text": template("cpu-governor.service.j2").render(
-                governor=governor.value
-            ),
-        }
-    return plan
+        governor_unit = GovernorUnit(
+            name=governor.value,
+            unit=GOVERNOR_UNIT,
+            unit_path=f"{UNIT_DIR}/{GOVERNOR_UNIT}",
+            unit_text=template("cpu-governor.service.j2").render(governor=governor.value),
+        )
+    return StackPlan(
+        gpus=DeclaredGpus(host.gpus.count, host.gpus.model),
+        serves=bool(host.servers),
+        min_driver=MIN_DRIVER_FOR_VARIANT.get(host.vllm.variant),
+        nofile=NofileLimit(
+            value=host.os.nofile,
+            path=NOFILE_DROPIN,
+            text=template("vllm-nofile.conf.j2").render(nofile=host.os.nofile),
+        ),
+        nvidia=nvidia_stack(host.os.nvidia) if host.os.nvidia is not None else None,
+        cuda=cuda_stack,
+        governor=governor_unit,
+    )

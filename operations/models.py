@@ -2,7 +2,7 @@
 
 Example:
     from operations.models import model_installed
-    model_installed(name="Install model tiny", model=plan["models"][0], ...)
+    model_installed(name="Install model tiny", model=plan.models[0], ...)
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from pyinfra.api import FileUploadCommand, QuoteString, StringCommand, operation
 from pyinfra.api.exceptions import DeployError
 
 from facts.models import ModelCheck
+from fleet.hostplan import ModelInstall
 
 #: The installer's flags for progress lines and retries on the host.
 PROGRESS_EVERY_S = 10
@@ -39,44 +40,44 @@ class StreamedCommand(StringCommand):
 
 
 def install_command(
-    model: dict[str, Any], models_dir: str, script_path: str, python: str, deep: bool
+    model: ModelInstall, models_dir: str, script_path: str, python: str, deep: bool
 ) -> list[str]:
     """The installer's command line for one model of the host plan (no secrets in it).
 
     Example:
-        >>> install_command({"name": "tiny", "kind": "url", "url": "http://h/t.tar.gz",
-        ...     "sha256": "a" * 64, "unpack": True, "filename": "t.tar.gz", "keep": 1,
-        ...     "token": None}, "/m", "/s/fetch_model.py", "python3", False)[:6]
+        >>> install_command(ModelInstall(name="tiny", path="/m/tiny", kind="url",
+        ...     url="http://h/t.tar.gz", sha256="a" * 64, unpack=True, filename="t.tar.gz"),
+        ...     "/m", "/s/fetch_model.py", "python3", False)[:6]
         ['python3', '/s/fetch_model.py', 'install', '--name', 'tiny', '--models-dir']
     """
-    words = [python, script_path, "install", "--name", model["name"], "--models-dir", models_dir,
-             "--keep", str(model["keep"]), "--progress-every", str(PROGRESS_EVERY_S)]
-    if model["kind"] == "hf":
-        words += ["--hf", model["hf"], "--revision", model["revision"]]
-        if model.get("endpoint"):
-            words += ["--endpoint", model["endpoint"]]
-        if model.get("token"):
+    words = [python, script_path, "install", "--name", model.name, "--models-dir", models_dir,
+             "--keep", str(model.keep), "--progress-every", str(PROGRESS_EVERY_S)]
+    if model.kind == "hf":
+        words += ["--hf", model.hf, "--revision", model.revision]
+        if model.endpoint:
+            words += ["--endpoint", model.endpoint]
+        if model.token:
             words += ["--token-stdin"]
     else:
-        if model["kind"] == "url":
-            words += ["--url", model["url"], "--retries", str(RETRIES)]
+        if model.kind == "url":
+            words += ["--url", model.url, "--retries", str(RETRIES)]
         else:
             words += ["--file", upload_path(model, models_dir)]
-        words += ["--sha256", model["sha256"], "--unpack", "yes" if model["unpack"] else "no",
-                  "--filename", model["filename"]]
+        words += ["--sha256", model.sha256, "--unpack", "yes" if model.unpack else "no",
+                  "--filename", model.filename]
     if deep:
         words.append("--deep")
     return words
 
 
-def upload_path(model: dict[str, Any], models_dir: str) -> str:
+def upload_path(model: ModelInstall, models_dir: str) -> str:
     """Where a local file is pushed on the host (the installer's private staging folder)."""
-    return f"{models_dir}/.staging/{model['name']}-{model['sha256'][:16]}.upload"
+    return f"{models_dir}/.staging/{model.name}-{model.sha256[:16]}.upload"
 
 
 @operation()
 def model_installed(
-    model: dict[str, Any], models_dir: str, script_path: str, python: str, check: str = "quick"
+    model: ModelInstall, models_dir: str, script_path: str, python: str, check: str = "quick"
 ):
     """Make the model's live path serve exactly this version, intact, verified before use.
 
@@ -90,35 +91,35 @@ def model_installed(
 
     .. code:: python
 
-        model_installed(name="Install model tiny", model=plan["models"][0],
+        model_installed(name="Install model tiny", model=plan.models[0],
                         models_dir="/var/lib/vllm-fleet/models",
                         script_path="/usr/local/lib/vllm-fleet/fetch_model.py",
                         python="python3")
     """
     deep = check == "deep"
     report = host.get_fact(
-        ModelCheck, script=script_path, model=model["name"], models_dir=models_dir, deep=deep
+        ModelCheck, script=script_path, model=model.name, models_dir=models_dir, deep=deep
     )
-    want = model["id"]
+    want = model.id
     same = bool(report and report.get("installed") and report.get("id") == want)
     if same and report.get("ok"):  # type: ignore[union-attr]
-        host.noop(f"model {model['name']} {want[:16]} is installed and intact ({check} check)")
+        host.noop(f"model {model.name} {want[:16]} is installed and intact ({check} check)")
         return
     if same:
         problems = report.get("problems", [])  # type: ignore[union-attr]
         listed = "; ".join(f"{p['path']}: {p['problem']}" for p in problems[:5])
         logger.warning(
-            f"{host.print_prefix}model {model['name']}: the installed copy differs from its "
+            f"{host.print_prefix}model {model.name}: the installed copy differs from its "
             f"manifest ({listed}); installing it again"
         )
-    if model["kind"] == "file":
-        local = Path(model["file"])
+    if model.kind == "file":
+        local = Path(model.file)
         if not local.is_file():
             raise DeployError(
-                f"model {model['name']}: {local} does not exist on this machine; copy the file "
+                f"model {model.name}: {local} does not exist on this machine; copy the file "
                 "there or fix file: in the fleet file"
             )
         yield FileUploadCommand(str(local), upload_path(model, models_dir))
     words = install_command(model, models_dir, script_path, python, deep)
-    stdin = {"_stdin": model["token"] + "\n"} if model.get("token") else {}
+    stdin = {"_stdin": model.token + "\n"} if model.token else {}
     yield StreamedCommand(*[QuoteString(word) for word in words], **stdin)

@@ -13,11 +13,13 @@ here, e.g. a kernel parameter that is read-only in a container; not counted as d
 ``error`` (could not be checked). Exit status of the command: 0 clean, 2 drift, 1 error.
 
 Example:
-    >>> rows = compare({"host": "a", "stack": {"nvidia": None, "cuda": None,
-    ...     "governor": None, "serves": False, "gpus": {"count": 0, "model": None},
-    ...     "nofile": {"path": "/n", "text": "x", "value": 1}}, "sysctl": {}, "sysctl_path": "/s",
-    ...     "sysctl_text": "", "servers": [], "models": []},
-    ...     {"digests": {"/n": sha256_text("x"), "/s": None}, "held": []})
+    >>> from fleet.load import load_text
+    >>> from fleet.render import host_plan
+    >>> fleet = load_text("version: 1\\nhosts:\\n  a:\\n    address: sandbox\\n    vllm: "
+    ...                   "{version: 0.32.0, variant: cpu}\\n", "f.yaml")
+    >>> plan = host_plan(fleet, "a", secrets=lambda ref: "")
+    >>> rows = compare(plan, {"digests": {plan.stack.nofile.path: sha256_text(
+    ...     plan.stack.nofile.text), plan.sysctl_path: None}, "held": []})
     >>> [(r.item, r.status) for r in rows]
     [('nofile drop-in', 'ok'), ('sysctl drop-in', 'ok')]
 """
@@ -31,8 +33,16 @@ from dataclasses import dataclass
 from typing import Any
 
 from cli.models import undeclared
+from fleet.hostplan import HostPlan
 from fleet.plan import gib
-from fleet.stack import driver_layout, driver_matches, pin_text, source_text, upstream_version
+from fleet.stack import (
+    DriverLayout,
+    driver_layout,
+    driver_matches,
+    pin_text,
+    source_text,
+    upstream_version,
+)
 
 OK, DRIFT, NA, ERROR = "ok", "drift", "n/a", "error"
 
@@ -83,40 +93,43 @@ def exit_status(rows: list[Row]) -> int:
 # --------------------------------------------------------------------------------------------
 
 
-def host_driver_layout(plan: dict[str, Any], facts: dict[str, Any]) -> dict[str, Any]:
+def host_driver_layout(plan: HostPlan, facts: dict[str, Any]) -> DriverLayout:
     """Repository folders and driver packages for this host (the deploy's own rule)."""
-    return driver_layout(plan["stack"]["nvidia"], facts.get("distro") or {}, facts.get("arch"),
+    nvidia = plan.stack.nvidia
+    if nvidia is None:
+        raise ValueError(f"{plan.host} declares no NVIDIA driver")
+    return driver_layout(nvidia, facts.get("distro") or {}, facts.get("arch"),
                          facts.get("pci", {}).get("nvswitches"))
 
 
-def watched_files(plan: dict[str, Any]) -> list[str]:
+def watched_files(plan: HostPlan) -> list[str]:
     """Every file whose content drift compares (paths only: they do not depend on the host)."""
-    stack = plan["stack"]
-    paths = [stack["nofile"]["path"], plan["sysctl_path"]]
-    if stack["nvidia"]:
-        nvidia = stack["nvidia"]
-        paths += [nvidia["persistenced_path"], nvidia["preferences_path"],
-                  nvidia["sources_path"], nvidia["nouveau_path"]]  # fmt: skip
-    if stack["cuda"]:
-        paths.append(stack["cuda"]["profile_path"])
-    if stack["governor"]:
-        paths.append(stack["governor"]["unit_path"])
-    if stack["serves"]:
-        for server in plan["servers"]:
-            paths += [server["unit_path"], server["env_path"]]
+    stack = plan.stack
+    paths = [stack.nofile.path, plan.sysctl_path]
+    if stack.nvidia:
+        nvidia = stack.nvidia
+        paths += [nvidia.persistenced_path, nvidia.preferences_path,
+                  nvidia.sources_path, nvidia.nouveau_path]  # fmt: skip
+    if stack.cuda:
+        paths.append(stack.cuda.profile_path)
+    if stack.governor:
+        paths.append(stack.governor.unit_path)
+    if stack.serves:
+        for server in plan.servers:
+            paths += [server.unit_path, server.env_path]
     return paths
 
 
-def watched_units(plan: dict[str, Any]) -> list[str]:
+def watched_units(plan: HostPlan) -> list[str]:
     """Every systemd unit whose state drift checks."""
-    stack = plan["stack"]
+    stack = plan.stack
     units = []
-    if stack["nvidia"]:
+    if stack.nvidia:
         units += ["nvidia-persistenced.service", "nvidia-fabricmanager.service"]
-    if stack["governor"]:
-        units.append(stack["governor"]["unit"])
-    if stack["serves"]:
-        units += [server["unit"] for server in plan["servers"]]
+    if stack.governor:
+        units.append(stack.governor.unit)
+    if stack.serves:
+        units += [server.unit for server in plan.servers]
     return units
 
 
@@ -148,29 +161,29 @@ def _held(name: str, states: dict[str, Any]) -> str:
     return f"{name} {upstream_version(state['version'])} {held}"
 
 
-def _nvidia_rows(host: str, plan: dict[str, Any], facts: dict[str, Any]) -> Iterator[Row]:
-    stack = plan["stack"]
-    nvidia = stack["nvidia"]
+def _nvidia_rows(host: str, plan: HostPlan, facts: dict[str, Any]) -> Iterator[Row]:
+    stack = plan.stack
+    nvidia = stack.nvidia
+    if nvidia is None:
+        return
     try:
         layout = host_driver_layout(plan, facts)
     except ValueError as error:
-        yield Row(host, "driver", nvidia["driver"], str(error), ERROR)
+        yield Row(host, "driver", nvidia.driver, str(error), ERROR)
         return
     states = facts.get("packages", {})
     smi = facts.get("smi") or {"gpus": [], "error": "not read"}
-    gpus = stack["gpus"]
+    gpus = stack.gpus
     # GPUs, as the driver sees them
     seen = smi["gpus"]
     names = sorted({gpu["name"] for gpu in seen})
     actual = f"{len(seen)} × {', '.join(names)}" if seen else f"none ({smi['error']})"
-    expected = f"{gpus['count']} × {gpus['model'] or 'GPU'}"
-    yield Row(host, "gpus", expected, actual, OK if len(seen) == gpus["count"] else DRIFT)
+    yield Row(host, "gpus", gpus.label, actual, OK if len(seen) == gpus.count else DRIFT)
     # the driver: every package at one version that satisfies the declaration, all held
-    probe = states.get(layout["probe"])
+    probe = states.get(layout.probe)
     installed = upstream_version(probe["version"]) if probe else None
-    driver_parts = [p for p in layout["packages"] if not p.startswith("nvidia-fabricmanager")]
     problems = [
-        _held(p, states) for p in driver_parts
+        _held(p, states) for p in layout.driver_parts
         if p not in states or not states[p]["held"]
         or upstream_version(states[p]["version"]) != installed
     ]  # fmt: skip
@@ -184,11 +197,11 @@ def _nvidia_rows(host: str, plan: dict[str, Any], facts: dict[str, Any]) -> Iter
         parts.append("held")
     if installed and loaded != installed:
         parts.append(f"loaded {loaded or 'none'}: reboot pending")
-    good = driver_matches(nvidia["driver"], installed) and not problems and loaded == installed
-    yield Row(host, "driver", f"{nvidia['driver']}, held, loaded", ", ".join(parts),
+    good = driver_matches(nvidia.driver, installed) and not problems and loaded == installed
+    yield Row(host, "driver", f"{nvidia.driver}, held, loaded", ", ".join(parts),
               OK if good else DRIFT)  # fmt: skip
     # fabric manager: exactly the driver's version, held, running
-    fm_package = next((p for p in layout["packages"] if p.startswith("nvidia-fabricmanager")), None)
+    fm_package = layout.fabric_manager
     fm = facts.get("fabric_manager") or {}
     if fm_package is None:
         yield Row(host, "fabric manager", "not needed (no NVSwitch)",
@@ -204,9 +217,9 @@ def _nvidia_rows(host: str, plan: dict[str, Any], facts: dict[str, Any]) -> Iter
     # persistence: the daemon with --persistence-mode, and the GPUs really in that mode
     units = facts.get("units", {})
     unit = units.get("nvidia-persistenced.service", {})
-    if nvidia["persistence"]:
+    if nvidia.persistence:
         on = sum(1 for gpu in seen if gpu["persistence"])
-        dropin = _file_row(host, "", nvidia["persistenced_path"], nvidia["persistenced_text"],
+        dropin = _file_row(host, "", nvidia.persistenced_path, nvidia.persistenced_text,
                            facts.get("digests", {}))  # fmt: skip
         actual = (f"drop-in {dropin.actual}; daemon {unit.get('ActiveState', '?')}, "
                   f"{unit.get('UnitFileState') or '?'}; {on}/{len(seen)} GPUs on")  # fmt: skip
@@ -215,50 +228,50 @@ def _nvidia_rows(host: str, plan: dict[str, Any], facts: dict[str, Any]) -> Iter
         yield Row(host, "persistence", "drop-in as rendered; daemon active, enabled; all GPUs on",
                   actual, OK if good else DRIFT)  # fmt: skip
     else:
-        yield _file_row(host, "persistence drop-in", nvidia["persistenced_path"], None,
+        yield _file_row(host, "persistence drop-in", nvidia.persistenced_path, None,
                         facts.get("digests", {}))  # fmt: skip
     digests = facts.get("digests", {})
-    yield _file_row(host, "apt pin", nvidia["preferences_path"],
-                    pin_text(layout["packages"], nvidia["driver"]), digests)  # fmt: skip
-    if nvidia["source"] == "nvidia":
-        yield _file_row(host, "apt source", nvidia["sources_path"],
-                        source_text(nvidia, layout["distro"], layout["arch"]), digests)  # fmt: skip
+    yield _file_row(host, "apt pin", nvidia.preferences_path,
+                    pin_text(layout.packages, nvidia.driver), digests)  # fmt: skip
+    if nvidia.source == "nvidia":
+        yield _file_row(host, "apt source", nvidia.sources_path,
+                        source_text(nvidia, layout.distro, layout.arch), digests)  # fmt: skip
 
 
-def _cuda_rows(host: str, plan: dict[str, Any], facts: dict[str, Any]) -> Iterator[Row]:
-    cuda = plan["stack"]["cuda"]
+def _cuda_rows(host: str, plan: HostPlan, facts: dict[str, Any]) -> Iterator[Row]:
+    cuda = plan.stack.cuda
+    if cuda is None:
+        return
     toolkits = (facts.get("cuda") or {}).get("toolkits", {})
     states = facts.get("packages", {})
-    held = _held(cuda["package"], states)
-    state = states.get(cuda["package"])
-    profile = _file_row(host, "", cuda["profile_path"], cuda["profile_text"],
+    held = _held(cuda.package, states)
+    state = states.get(cuda.package)
+    profile = _file_row(host, "", cuda.profile_path, cuda.profile_text,
                         facts.get("digests", {}))  # fmt: skip
     found = ", ".join(f"{k} (nvcc {v})" for k, v in sorted(toolkits.items())) or "none"
-    good = cuda["version"] in toolkits and state is not None and state["held"]
-    yield Row(host, "cuda", f"{cuda['version']} ({cuda['package']}, held)",
+    good = cuda.version in toolkits and state is not None and state["held"]
+    yield Row(host, "cuda", f"{cuda.version} ({cuda.package}, held)",
               f"{found}; {held}", OK if good else DRIFT)  # fmt: skip
     yield Row(host, "cuda on PATH", profile.expected, profile.actual, profile.status)
 
 
-def _tuning_rows(host: str, plan: dict[str, Any], facts: dict[str, Any]) -> Iterator[Row]:
-    stack = plan["stack"]
+def _tuning_rows(host: str, plan: HostPlan, facts: dict[str, Any]) -> Iterator[Row]:
+    stack = plan.stack
     digests = facts.get("digests", {})
-    governor = stack["governor"]
+    governor = stack.governor
     if governor is not None:
-        unit = _file_row(host, "", governor["unit_path"], governor["unit_text"], digests)
-        enabled = facts.get("units", {}).get(governor["unit"], {}).get("UnitFileState") or "?"
+        unit = _file_row(host, "", governor.unit_path, governor.unit_text, digests)
+        enabled = facts.get("units", {}).get(governor.unit, {}).get("UnitFileState") or "?"
         live = facts.get("governor") or {}
         now = ", ".join(f"{n} on {c}" for n, c in sorted(live.items())) or "no cpufreq here"
-        good = unit.status == OK and enabled == "enabled" and set(live) <= {governor["name"]}
-        yield Row(host, "governor", f"{governor['name']} (unit as rendered, enabled)",
+        good = unit.status == OK and enabled == "enabled" and set(live) <= {governor.name}
+        yield Row(host, "governor", f"{governor.name} (unit as rendered, enabled)",
                   f"unit {unit.actual}, {enabled}; {now}", OK if good else DRIFT)  # fmt: skip
-    yield _file_row(host, "nofile drop-in", stack["nofile"]["path"], stack["nofile"]["text"],
-                    digests)  # fmt: skip
-    yield _file_row(host, "sysctl drop-in", plan["sysctl_path"],
-                    plan["sysctl_text"] or None, digests)  # fmt: skip
+    yield _file_row(host, "nofile drop-in", stack.nofile.path, stack.nofile.text, digests)
+    yield _file_row(host, "sysctl drop-in", plan.sysctl_path, plan.sysctl_text or None, digests)
     values = facts.get("sysctl", {})
     writable = facts.get("sysctl_writable", {})
-    for key, wanted in plan["sysctl"].items():
+    for key, wanted in plan.sysctl.items():
         have = values.get(key)
         if str(have) == str(wanted):
             yield Row(host, f"sysctl {key}", str(wanted), str(have), OK)
@@ -268,14 +281,14 @@ def _tuning_rows(host: str, plan: dict[str, Any], facts: dict[str, Any]) -> Iter
             yield Row(host, f"sysctl {key}", str(wanted), str(have), DRIFT)
 
 
-def _held_row(host: str, plan: dict[str, Any], facts: dict[str, Any]) -> Iterator[Row]:
-    stack = plan["stack"]
+def _held_row(host: str, plan: HostPlan, facts: dict[str, Any]) -> Iterator[Row]:
+    stack = plan.stack
     wanted: list[str] = []
-    if stack["nvidia"]:
+    if stack.nvidia:
         with contextlib.suppress(ValueError):
-            wanted += host_driver_layout(plan, facts)["packages"]
-    if stack["cuda"]:
-        wanted.append(stack["cuda"]["package"])
+            wanted += host_driver_layout(plan, facts).packages
+    if stack.cuda:
+        wanted.append(stack.cuda.package)
     if not wanted:
         return
     held = set(facts.get("held", []))
@@ -285,15 +298,15 @@ def _held_row(host: str, plan: dict[str, Any], facts: dict[str, Any]) -> Iterato
               OK if not missing else DRIFT)  # fmt: skip
 
 
-def _vllm_rows(host: str, plan: dict[str, Any], facts: dict[str, Any]) -> Iterator[Row]:
+def _vllm_rows(host: str, plan: HostPlan, facts: dict[str, Any]) -> Iterator[Row]:
     venv = facts.get("venv")
-    name = plan["vllm_package"].split("==", 1)[0].lower()
+    name = plan.vllm_name
     have = (venv or {}).get("packages", {}).get(name)
-    good = have is not None and upstream_release(have) == plan["vllm_version"]
-    yield Row(host, "vllm", f"{name} {plan['vllm_version']}", have or "not installed",
+    good = have is not None and upstream_release(have) == plan.vllm_version
+    yield Row(host, "vllm", f"{name} {plan.vllm_version}", have or "not installed",
               OK if good else DRIFT)  # fmt: skip
     python = (venv or {}).get("python")
-    wanted = plan.get("python")
+    wanted = plan.python
     if wanted:
         good = python is not None and ".".join(python.split(".")[:2]) == wanted
         yield Row(host, "python", wanted, python or "no venv", OK if good else DRIFT)
@@ -302,41 +315,40 @@ def _vllm_rows(host: str, plan: dict[str, Any], facts: dict[str, Any]) -> Iterat
                   OK if python else DRIFT)  # fmt: skip
     digests = facts.get("digests", {})
     units = facts.get("units", {})
-    for server in plan["servers"]:
-        yield _file_row(host, f"unit {server['unit']}", server["unit_path"],
-                        server["unit_text"], digests)  # fmt: skip
-        env_text = server["env_text"]
+    for server in plan.servers:
+        yield _file_row(host, f"unit {server.unit}", server.unit_path,
+                        server.unit_text, digests)  # fmt: skip
+        env_text = server.env_text
         if env_text is None:
-            yield Row(host, f"env {server['name']}", server["env_path"],
+            yield Row(host, f"env {server.name}", server.env_path,
                       "not compared: its secret is not available here", NA)  # fmt: skip
         else:
-            yield _file_row(host, f"env {server['name']}", server["env_path"], env_text, digests)
-        state = units.get(server["unit"], {})
+            yield _file_row(host, f"env {server.name}", server.env_path, env_text, digests)
+        state = units.get(server.unit, {})
         active = state.get("ActiveState", "?")
-        yield Row(host, f"service {server['unit']}", "active",
+        yield Row(host, f"service {server.unit}", "active",
                   f"{active} ({state.get('SubState', '?')})",
                   OK if active == "active" else DRIFT)  # fmt: skip
     manifests = facts.get("models", {})
-    for model in plan["models"]:
-        manifest = manifests.get(model["name"])
+    for model in plan.models:
+        manifest = manifests.get(model.name)
         have = (manifest or {}).get("sha256")
-        want = model["sha256"] or model["revision"]
+        want = model.id
         actual = f"sha256 {have[:16]}…" if have else "not installed"
-        yield Row(host, f"model {model['name']}", f"sha256 {(want or '?')[:16]}…", actual,
+        yield Row(host, f"model {model.name}", f"sha256 {(want or '?')[:16]}…", actual,
                   OK if have and have == want else DRIFT)  # fmt: skip
 
 
-def _retired_rows(host: str, plan: dict[str, Any], facts: dict[str, Any]) -> Iterator[Row]:
+def _retired_rows(host: str, plan: HostPlan, facts: dict[str, Any]) -> Iterator[Row]:
     """A row for each server unit vllm-fleet wrote that the fleet file no longer declares."""
-    declared = {server["unit"] for server in plan["servers"]}
+    declared = {server.unit for server in plan.servers}
     for unit in facts.get("fleet_units", []):
         if unit not in declared:
             yield Row(host, f"unit {unit}", "not declared (removed from the fleet file)",
                       "still installed: the next deploy stops and removes it", DRIFT)  # fmt: skip
 
 
-def _undeclared_model_rows(host: str, plan: dict[str, Any],
-                           facts: dict[str, Any]) -> Iterator[Row]:
+def _undeclared_model_rows(host: str, plan: HostPlan, facts: dict[str, Any]) -> Iterator[Row]:
     """A row for each model on the host that no server of the fleet file uses any more."""
     for model in undeclared(facts.get("installed_models", []), plan):
         yield Row(host, f"model {model['name']}", "not declared (no server uses it)",
@@ -354,18 +366,16 @@ def upstream_release(version: str) -> str:
     return version.split("+", 1)[0]
 
 
-def compare(plan: dict[str, Any], facts: dict[str, Any]) -> list[Row]:
+def compare(plan: HostPlan, facts: dict[str, Any]) -> list[Row]:
     """Every row of one host: its plan (``host.data.fleet``) against its gathered facts."""
-    host = plan["host"]
-    stack = plan["stack"]
+    host = plan.host
+    stack = plan.stack
     rows: list[Row] = []
-    if stack["nvidia"]:
-        rows += _nvidia_rows(host, plan, facts)
-    if stack["cuda"]:
-        rows += _cuda_rows(host, plan, facts)
+    rows += _nvidia_rows(host, plan, facts)
+    rows += _cuda_rows(host, plan, facts)
     rows += _held_row(host, plan, facts)
     rows += _tuning_rows(host, plan, facts)
-    if stack["serves"]:
+    if stack.serves:
         rows += _vllm_rows(host, plan, facts)
     rows += _retired_rows(host, plan, facts)
     rows += _undeclared_model_rows(host, plan, facts)

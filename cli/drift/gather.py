@@ -12,7 +12,9 @@ Example:
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
+import secrets
 from collections.abc import Callable
 from typing import Any
 
@@ -41,6 +43,7 @@ from facts.nvidia import (
 )
 from facts.sysctl import SysctlWritable
 from facts.vllm import ModelManifest, VenvPackages
+from fleet.hostplan import HostPlan
 from fleet.inventory import connection_data
 from fleet.load import load_fleet
 from fleet.problems import FleetError
@@ -48,24 +51,24 @@ from fleet.render import host_plan
 from fleet.secrets import read_secret
 
 
-def gather(pyinfra_host: Any, plan: dict[str, Any]) -> dict[str, Any]:
+def gather(pyinfra_host: Any, plan: HostPlan) -> dict[str, Any]:
     """Read every fact :func:`compare` needs from one connected pyinfra host."""
 
     get = pyinfra_host.get_fact
-    stack = plan["stack"]
-    keys = sorted(plan["sysctl"])
+    stack = plan.stack
+    keys = sorted(plan.sysctl)
     facts: dict[str, Any] = {
         "digests": get(FileDigests, paths=watched_files(plan)),
         "units": get(UnitStates, units=watched_units(plan)),
         "held": get(HeldPackages),
-        "fleet_units": get(FleetServerUnits, unit_dir=plan["unit_dir"]),
-        "installed_models": get(InstalledModels, script=INSTALLER, models_dir=plan["models_dir"]),
+        "fleet_units": get(FleetServerUnits, unit_dir=plan.unit_dir),
+        "installed_models": get(InstalledModels, script=INSTALLER, models_dir=plan.models_dir),
         "governor": get(CpuGovernor),
         "sysctl": get(Sysctl, keys=keys) if keys else {},
         "sysctl_writable": get(SysctlWritable, keys=keys) if keys else {},
     }
     packages: list[str] = []
-    if stack["nvidia"]:
+    if stack.nvidia:
         facts["distro"] = get(LinuxDistribution)
         facts["arch"] = get(DebArch)
         facts["pci"] = get(PciGpus)
@@ -73,38 +76,42 @@ def gather(pyinfra_host: Any, plan: dict[str, Any]) -> dict[str, Any]:
         facts["loaded"] = get(NvidiaDriverLoaded)
         facts["fabric_manager"] = get(FabricManager)
         with contextlib.suppress(ValueError):
-            packages += host_driver_layout(plan, facts)["packages"]
-    if stack["cuda"]:
+            packages += host_driver_layout(plan, facts).packages
+    if stack.cuda:
         facts["cuda"] = get(CudaToolkits)
-        packages.append(stack["cuda"]["package"])
+        packages.append(stack.cuda.package)
     facts["packages"] = get(DebPackageStates, packages=sorted(packages)) if packages else {}
-    if stack["serves"]:
-        facts["venv"] = get(VenvPackages, venv=plan["venv"])
-        facts["models"] = {m["name"]: get(ModelManifest, path=m["path"]) for m in plan["models"]}
+    if stack.serves:
+        facts["venv"] = get(VenvPackages, venv=plan.venv)
+        facts["models"] = {m.name: get(ModelManifest, path=m.path) for m in plan.models}
     return facts
 
 
-def _plan_or_error(fleet: Any, name: str, path: str) -> tuple[dict | None, dict | None, str]:
+def _plan_or_error(fleet: Any, name: str, path: str) -> tuple[dict | None, HostPlan | None, str]:
     """(connection data, plan, error) of one host; secrets that are missing here only blank
     the comparison of that server's environment file."""
     missing: list[str] = []
+    # A stand-in that no real secret equals and every env-file quoting carries.
+    marker = f"vllm-fleet-secret-not-here-{secrets.token_hex(8)}"
 
     def secret(ref: Any) -> str:
         try:
             return read_secret(ref)
         except ValueError:
             missing.append(ref.env or ref.file)
-            return "\0missing"
+            return marker
 
     try:
         data = connection_data(name, fleet.hosts[name], path)
     except FleetError as error:
         return None, None, "; ".join(p.message for p in error.problems)
     plan = host_plan(fleet, name, secrets=secret)
-    for server in plan["servers"]:
-        if "\0missing" in server["env_text"]:
-            server["env_text"] = None
-    return data, plan, ""
+    servers = tuple(
+        dataclasses.replace(server, env_text=None)
+        if server.env_text is not None and marker in server.env_text else server
+        for server in plan.servers
+    )  # fmt: skip
+    return data, dataclasses.replace(plan, servers=servers), ""
 
 
 def drift(path: str, only: str | None = None,
@@ -118,7 +125,7 @@ def drift(path: str, only: str | None = None,
 
     fleet = load_fleet(path)
     results: dict[str, list[Row]] = {}
-    targets: list[tuple[str, dict, dict]] = []
+    targets: list[tuple[str, dict, HostPlan]] = []
     for name in fleet.hosts:
         if only and name != only:
             continue
@@ -140,14 +147,14 @@ def drift(path: str, only: str | None = None,
     return [row for rows in results.values() for row in rows]
 
 
-def _check(host: Any, plan: dict[str, Any]) -> list[Row]:
+def _check(host: Any, plan: HostPlan) -> list[Row]:
     """One host's rows; any failure to connect or to read is one error row."""
     try:
         host.connect(raise_exceptions=True, show_errors=False)
         return compare(plan, gather(host, plan))
     except Exception as error:  # one host's failure is one error row, not the end
         message = " ".join(f"{type(error).__name__}: {error}".split())
-        return [Row(plan["host"], "reachable", "yes", message, ERROR)]
+        return [Row(plan.host, "reachable", "yes", message, ERROR)]
     finally:
         if host.connected:
             host.disconnect()

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 import testinfra
 
+from fleet.hostplan import HostPlan, ServerUnit
 from fleet.load import load_fleet
 from fleet.render import host_plan
 
@@ -24,19 +25,19 @@ class Target:
 
     host_name: str
     host: Any  # testinfra.host.Host
-    plan: dict[str, Any]
-    server: dict[str, Any]
+    plan: HostPlan
+    server: ServerUnit
 
     def __str__(self) -> str:
-        return f"{self.host_name}/{self.server['name']}"
+        return f"{self.host_name}/{self.server.name}"
 
 
-def _targets() -> list[tuple[str, dict[str, Any], dict[str, Any]]]:
+def _targets() -> list[tuple[str, HostPlan, ServerUnit]]:
     fleet = load_fleet(os.environ["FLEET"])
     found = []
     for name in fleet.hosts:
         plan = host_plan(fleet, name, secrets=lambda ref: "")
-        for server in plan["servers"]:
+        for server in plan.servers:
             found.append((name, plan, server))
     return found
 
@@ -45,7 +46,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "target" in metafunc.fixturenames:
         targets = _targets()
         metafunc.parametrize(
-            "target_spec", targets, ids=[f"{h}/{s['name']}" for h, _, s in targets],
+            "target_spec", targets, ids=[f"{h}/{s.name}" for h, _, s in targets],
             indirect=False,
         )
 

@@ -17,11 +17,11 @@ from cli.remote import REQUEST_COMMAND
 def http(target: Target, path: str, body: dict | None = None, auth: bool = True) -> dict:
     """An HTTP request to the server, made on its host; returns {status, body}."""
     payload = {
-        "port": target.server["port"],
+        "port": target.server.port,
         "path": path,
         "body": body,
         "auth": auth,
-        "env_file": target.server["env_path"],
+        "env_file": target.server.env_path,
     }
     command = f"printf %s {shlex.quote(json.dumps(payload))} | {REQUEST_COMMAND}"
     result = target.host.run(command)
@@ -30,36 +30,36 @@ def http(target: Target, path: str, body: dict | None = None, auth: bool = True)
 
 
 def test_unit_is_active(target: Target) -> None:
-    assert target.host.service(target.server["unit"]).is_running
+    assert target.host.service(target.server.unit).is_running
 
 
 def test_unit_is_enabled(target: Target) -> None:
-    assert target.host.service(target.server["unit"]).is_enabled
+    assert target.host.service(target.server.unit).is_enabled
 
 
 def test_unit_file_is_the_rendered_one(target: Target) -> None:
-    unit = target.host.file(target.server["unit_path"])
-    assert unit.content_string == target.server["unit_text"]
+    unit = target.host.file(target.server.unit_path)
+    assert unit.content_string == target.server.unit_text
 
 
 def test_environment_file_is_private(target: Target) -> None:
-    env = target.host.file(target.server["env_path"])
+    env = target.host.file(target.server.env_path)
     assert (env.user, env.group, env.mode) == ("root", "root", 0o600)
 
 
 def test_runs_as_the_service_user(target: Target) -> None:
-    pid = target.host.run(f"systemctl show -p MainPID --value {target.server['unit']}").stdout
+    pid = target.host.run(f"systemctl show -p MainPID --value {target.server.unit}").stdout
     user = target.host.run(f"ps -o user= -p {int(pid)}").stdout.strip()
-    assert user == target.plan["user"]
+    assert user == target.plan.user
 
 
 def test_port_is_listened_on_by_the_vllm_process(target: Target) -> None:
-    port = target.server["port"]
-    bind = target.server["host"]
+    port = target.server.port
+    bind = target.server.host
     socket = target.host.socket(f"tcp://{bind}:{port}")
     assert socket.is_listening
     main_pid = int(
-        target.host.run(f"systemctl show -p MainPID --value {target.server['unit']}").stdout
+        target.host.run(f"systemctl show -p MainPID --value {target.server.unit}").stdout
     )
     owners = target.host.run(f"ss -Hltnp 'sport = :{port}'").stdout
     assert f"pid={main_pid}," in owners, owners
@@ -73,11 +73,11 @@ def test_models_lists_the_served_name(target: Target) -> None:
     reply = http(target, "/v1/models")
     assert reply["status"] == 200, reply
     names = [model["id"] for model in json.loads(reply["body"])["data"]]
-    assert target.server["served_name"] in names
+    assert target.server.served_name in names
 
 
 def test_completion_returns_tokens(target: Target) -> None:
-    body = {"model": target.server["served_name"], "prompt": "Hello", "max_tokens": 8}
+    body = {"model": target.server.served_name, "prompt": "Hello", "max_tokens": 8}
     reply = http(target, "/v1/completions", body)
     assert reply["status"] == 200, reply
     data = json.loads(reply["body"])
@@ -85,15 +85,15 @@ def test_completion_returns_tokens(target: Target) -> None:
 
 
 def test_installed_vllm_is_the_pinned_one(target: Target) -> None:
-    name = target.plan["vllm_package"].split("==")[0]
-    python = f"{target.plan['venv']}/bin/python"
+    name = target.plan.vllm_name
+    python = target.plan.python_bin
     script = f"import importlib.metadata as m; print(m.version({name!r}))"
     version = target.host.check_output(f"{python} -c {shlex.quote(script)}")
-    assert version.split("+")[0] == target.plan["vllm_version"]
+    assert version.split("+")[0] == target.plan.vllm_version
 
 
 def test_api_key_is_required_when_declared(target: Target) -> None:
-    if not target.server["has_api_key"]:
+    if not target.server.has_api_key:
         reply = http(target, "/v1/models", auth=False)
         assert reply["status"] == 200
         return

@@ -6,7 +6,7 @@ The lifecycle on a real sandbox host is tests/test_drift_e2e.py.
 
 from __future__ import annotations
 
-import copy
+import dataclasses
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -26,7 +26,8 @@ from cli.drift.compare import (
     exit_status,
     sha256_text,
 )
-from cli.drift.gather import drift
+from cli.drift.gather import _plan_or_error, drift
+from fleet.hostplan import HostPlan
 from fleet.load import load_fleet
 from fleet.render import host_plan
 from fleet.stack import driver_packages, pin_text, source_text
@@ -58,31 +59,32 @@ hosts:
 
 
 @pytest.fixture
-def plan(tmp_path: Path) -> dict[str, Any]:
+def plan(tmp_path: Path) -> HostPlan:
     path = tmp_path / "fleet.yaml"
     path.write_text(FLEET)
     return host_plan(load_fleet(path), "hgx-1", secrets=lambda ref: "s3cret")
 
 
-def clean_facts(plan: dict[str, Any]) -> dict[str, Any]:
+def clean_facts(plan: HostPlan) -> dict[str, Any]:
     """Facts of a host that has exactly what ``plan`` declares (Ubuntu 24.04, HGX board)."""
-    stack = plan["stack"]
-    nvidia, cuda, governor = stack["nvidia"], stack["cuda"], stack["governor"]
+    stack = plan.stack
+    nvidia, cuda, governor = stack.nvidia, stack.cuda, stack.governor
+    assert nvidia is not None and cuda is not None and governor is not None
     layout = driver_packages("ubuntu2404", 570, True, "nvidia")
     texts = {
-        stack["nofile"]["path"]: stack["nofile"]["text"],
-        plan["sysctl_path"]: plan["sysctl_text"],
-        nvidia["persistenced_path"]: nvidia["persistenced_text"],
-        nvidia["preferences_path"]: pin_text(layout["packages"], "570"),
-        nvidia["sources_path"]: source_text(nvidia, "ubuntu2404", "x86_64"),
-        cuda["profile_path"]: cuda["profile_text"],
-        governor["unit_path"]: governor["unit_text"],
+        stack.nofile.path: stack.nofile.text,
+        plan.sysctl_path: plan.sysctl_text,
+        nvidia.persistenced_path: nvidia.persistenced_text,
+        nvidia.preferences_path: pin_text(layout.packages, "570"),
+        nvidia.sources_path: source_text(nvidia, "ubuntu2404", "x86_64"),
+        cuda.profile_path: cuda.profile_text,
+        governor.unit_path: governor.unit_text,
     }
-    for server in plan["servers"]:
-        texts[server["unit_path"]] = server["unit_text"]
-        texts[server["env_path"]] = server["env_text"]
-    versions = {p: "570.172.08-0ubuntu1" for p in layout["packages"]}
-    versions[cuda["package"]] = "12.8.1-1"
+    for server in plan.servers:
+        texts[server.unit_path] = server.unit_text
+        texts[server.env_path] = server.env_text
+    versions = {p: "570.172.08-0ubuntu1" for p in layout.packages}
+    versions[cuda.package] = "12.8.1-1"
     gpus = [
         {"index": i, "uuid": f"GPU-{i}", "name": "NVIDIA H200", "memory_total_mib": 143771,
          "memory_used_mib": 0, "persistence": True, "driver_version": "570.172.08",
@@ -104,7 +106,7 @@ def clean_facts(plan: dict[str, Any]) -> dict[str, Any]:
         "units": {
             "nvidia-persistenced.service": dict(active),
             "nvidia-fabricmanager.service": dict(active),
-            governor["unit"]: {"ActiveState": "inactive", "UnitFileState": "enabled"},
+            governor.unit: {"ActiveState": "inactive", "UnitFileState": "enabled"},
             "vllm-chat.service": dict(active),
         },
         "governor": {"performance": 32},
@@ -116,7 +118,7 @@ def clean_facts(plan: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def drifted(plan: dict[str, Any], facts: dict[str, Any]) -> list[str]:
+def drifted(plan: HostPlan, facts: dict[str, Any]) -> list[str]:
     return [row.item for row in compare(plan, facts) if row.status == DRIFT]
 
 
@@ -223,24 +225,50 @@ def test_pending_reboot_is_reported(plan) -> None:
 
 
 def test_env_file_without_its_secret_is_not_compared(plan) -> None:
-    plan = copy.deepcopy(plan)
-    plan["servers"][0]["env_text"] = None
+    plan = dataclasses.replace(
+        plan, servers=(dataclasses.replace(plan.servers[0], env_text=None),))
     row = next(r for r in compare(plan, clean_facts(plan)) if r.item == "env chat")
     assert row.status == NA
 
 
+def test_drift_blanks_the_env_file_whose_secret_is_missing_here(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("FLEET_TEST_DRIFT_KEY", raising=False)
+    path = tmp_path / "fleet.yaml"
+    path.write_text(FLEET)
+    data, plan, error = _plan_or_error(load_fleet(path), "hgx-1", str(path))
+    assert (error, data["ssh_hostname"]) == ("", "10.0.0.5")
+    assert plan is not None and plan.servers[0].env_text is None
+    assert plan.servers[0].unit_text.startswith("# Managed by vllm-fleet")
+
+
+def test_drift_keeps_the_env_file_whose_secret_is_here(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("FLEET_TEST_DRIFT_KEY", "s3cret")
+    path = tmp_path / "fleet.yaml"
+    path.write_text(FLEET)
+    _, plan, _ = _plan_or_error(load_fleet(path), "hgx-1", str(path))
+    assert plan is not None and plan.servers[0].env_text is not None
+    [key] = [line for line in plan.servers[0].env_text.splitlines() if "VLLM_API_KEY" in line]
+    assert "s3cret" in key
+
+
+def _without_servers(plan: HostPlan, keep_units: bool) -> HostPlan:
+    stack = dataclasses.replace(plan.stack, serves=False)
+    return dataclasses.replace(plan, stack=stack, servers=plan.servers if keep_units else ())
+
+
 def test_host_without_servers_skips_vllm(plan) -> None:
-    plan = copy.deepcopy(plan)
-    plan["stack"]["serves"] = False
+    plan = _without_servers(plan, keep_units=True)
     items = {row.item for row in compare(plan, clean_facts(plan))}
     assert not items & {"vllm", "python", "unit vllm-chat.service", "model chat-model"}
 
 
 def test_units_left_from_removed_servers_are_drift_even_without_servers(plan) -> None:
     """A host whose servers were all taken out of the fleet still reports their units."""
-    plan = copy.deepcopy(plan)
-    plan["stack"]["serves"] = False
-    plan["servers"] = []
+    plan = _without_servers(plan, keep_units=False)
     rows = [r for r in compare(plan, clean_facts(plan)) if r.status == DRIFT]
     assert [(r.item, r.actual) for r in rows] == [
         ("unit vllm-chat.service", "still installed: the next deploy stops and removes it")

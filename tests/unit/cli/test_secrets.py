@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from cli import main as cli
-from fleet.inventory import inventory_hosts
+from fleet.inventory import inventory_hosts, plan_of
 
 SECRET = "planted-s3cr3t-Zq9"
 FLEET = """\
@@ -62,13 +62,12 @@ def test_render_masks_every_secret(fleet_file: Path, capsys) -> None:
 
 def test_secrets_reach_only_the_environment_file(fleet_file: Path) -> None:
     [(_, data)] = inventory_hosts(fleet_file)
-    plan = data["fleet"]
-    server = plan.servers[0] if hasattr(plan, "servers") else plan["servers"][0]
-    unit = server.unit_text if hasattr(server, "unit_text") else server["unit_text"]
-    env = server.env_text if hasattr(server, "env_text") else server["env_text"]
-    assert SECRET not in unit
-    assert f"VLLM_API_KEY={SECRET}" in env
-    assert f"HF_TOKEN={SECRET}-file" in env
+    plan = plan_of(data)
+    [server] = plan.servers
+    assert SECRET not in server.unit_text
+    assert f"VLLM_API_KEY={SECRET}" in (server.env_text or "")
+    assert f"HF_TOKEN={SECRET}-file" in (server.env_text or "")
+    assert SECRET not in repr(plan)
 
 
 def test_a_missing_secret_names_its_reference_not_a_value(fleet_file: Path, monkeypatch,

@@ -43,6 +43,7 @@ from fleet.flags import (
     release_key,
     select_flag_list,
 )
+from fleet.hostplan import ServerUnit
 from fleet.load import FleetError, load_fleet, load_text
 from fleet.render import host_plan, systemd_quote
 from fleet.spec import Server
@@ -527,14 +528,14 @@ def test_server_words_follow_the_module():
 
 
 @pytest.fixture(scope="module")
-def sandbox_unit() -> dict[str, Any]:
+def sandbox_unit() -> ServerUnit:
     fleet = load_fleet(ROOT / "inventory" / "sandbox.yaml")
-    return host_plan(fleet, "sandbox-1", secrets=lambda ref: "")["servers"][0]
+    return host_plan(fleet, "sandbox-1", secrets=lambda ref: "").servers[0]
 
 
 def test_rendered_unit_splits_into_the_server_args(sandbox_unit):
     words = validate_args.server_words(
-        validate_args.split_exec_start(validate_args.exec_start(sandbox_unit["unit_text"]))
+        validate_args.split_exec_start(validate_args.exec_start(sandbox_unit.unit_text))
     )
     assert words[:2] == ["--model", "/var/lib/vllm-fleet/models/tiny-llama"]
     assert words[-5:] == ["--max-model-len", "512", "--max-num-seqs", "8", "--enforce-eager"]
@@ -574,14 +575,14 @@ print("RESULTS " + json.dumps(results))
 
 
 @pytest.fixture(scope="module")
-def real_runs(vllm: str, sandbox_unit: dict[str, Any], tmp_path_factory) -> dict[str, Any]:
+def real_runs(vllm: str, sandbox_unit: ServerUnit, tmp_path_factory) -> dict[str, Any]:
     """Three vLLM processes at once (each imports vLLM, which takes seconds): every case through
     validate_args.main(), the script run as the deploy runs it, and the generator."""
     tmp = tmp_path_factory.mktemp("vllm")
     cases = {name: ["--name", name, "--", *words] for name, (words, _, _) in REAL_CASES.items()}
-    cases["rendered-unit"] = ["--exec-start", validate_args.exec_start(sandbox_unit["unit_text"])]
+    cases["rendered-unit"] = ["--exec-start", validate_args.exec_start(sandbox_unit.unit_text)]
     unit = tmp / "vllm-tiny.service"
-    unit.write_text(sandbox_unit["unit_text"].replace("--max-num-seqs 8", "--max-num-seqs eight"))
+    unit.write_text(sandbox_unit.unit_text.replace("--max-num-seqs 8", "--max-num-seqs eight"))
     commands = {
         "driver": [vllm, "-c", DRIVER, str(VALIDATOR.parent), json.dumps(cases)],
         "script": [vllm, str(VALIDATOR), "--unit", str(unit), "--name", "vllm-tiny.service"],

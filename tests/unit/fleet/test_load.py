@@ -175,12 +175,14 @@ def test_h200_server_spans_eight_gpus():
 DEFAULTS_FLEET = """\
 version: 1
 defaults:
+  gpus: {count: 1}
   os:
+    nvidia: {driver: "570"}
     cuda: "12.8"
     python: "3.11"
     cpu_governor: performance
     sysctl: {vm.swappiness: 1, fs.file-max: 2097152}
-  vllm: {version: "0.32.0", variant: cpu}
+  vllm: {version: "0.32.0", variant: cu129}
 hosts:
   plain:
     address: 10.0.0.1

@@ -8,12 +8,16 @@ for ``EnvironmentFile=``).
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import json
+import pickle
 import shlex
 from pathlib import Path
 
 import pytest
 
+from fleet.hostplan import HostPlan, ServerUnit
 from fleet.load import load_fleet, load_text
 from fleet.render import host_plan, read_secret, render_sysctl, systemd_quote
 from fleet.schema import SCHEMA_PATH, fleet_schema
@@ -40,7 +44,7 @@ def ident(case: tuple[str, str]) -> str:
 
 
 @pytest.fixture(scope="module")
-def plans(tmp_path_factory) -> dict[str, dict]:
+def plans(tmp_path_factory) -> dict[str, HostPlan]:
     """The host plan of every fleet; secrets from the environment, as on a control machine."""
     patch = pytest.MonkeyPatch()
     patch.setenv("FLEET_DEEPSEEK_API_KEY", API_KEY)
@@ -53,16 +57,16 @@ def plans(tmp_path_factory) -> dict[str, dict]:
         patch.undo()
 
 
-def server(plans: dict[str, dict], case: tuple[str, str]) -> dict:
+def server(plans: dict[str, HostPlan], case: tuple[str, str]) -> ServerUnit:
     fleet, name = case
-    return next(s for s in plans[fleet]["servers"] if s["name"] == name)
+    return next(s for s in plans[fleet].servers if s.name == name)
 
 
-def unit_lines(plans: dict[str, dict], case: tuple[str, str]) -> list[str]:
-    return server(plans, case)["unit_text"].splitlines()
+def unit_lines(plans: dict[str, HostPlan], case: tuple[str, str]) -> list[str]:
+    return server(plans, case).unit_text.splitlines()
 
 
-def directive(plans: dict[str, dict], case: tuple[str, str], key: str) -> list[str]:
+def directive(plans: dict[str, HostPlan], case: tuple[str, str], key: str) -> list[str]:
     """The values of ``key=`` lines in a unit."""
     prefix = f"{key}="
     return [line[len(prefix) :] for line in unit_lines(plans, case) if line.startswith(prefix)]
@@ -104,7 +108,7 @@ def exec_words(line: str) -> list[str]:
     return words
 
 
-def argv(plans: dict[str, dict], case: tuple[str, str]) -> list[str]:
+def argv(plans: dict[str, HostPlan], case: tuple[str, str]) -> list[str]:
     [line] = directive(plans, case, "ExecStart")
     return exec_words(line)
 
@@ -120,8 +124,8 @@ def env_values(text: str) -> dict[str, str]:
     return values
 
 
-def env_of(plans: dict[str, dict], case: tuple[str, str]) -> dict[str, str]:
-    return env_values(server(plans, case)["env_text"])
+def env_of(plans: dict[str, HostPlan], case: tuple[str, str]) -> dict[str, str]:
+    return env_values(server(plans, case).env_text)
 
 
 # --- the unit ----------------------------------------------------------------------------------
@@ -142,17 +146,17 @@ def test_unit_restarts_always(plans, case):
 
 @pytest.mark.parametrize("case", ALL_SERVERS, ids=ident)
 def test_unit_reads_the_server_env_file(plans, case):
-    assert directive(plans, case, "EnvironmentFile") == [server(plans, case)["env_path"]]
+    assert directive(plans, case, "EnvironmentFile") == [server(plans, case).env_path]
 
 
 @pytest.mark.parametrize("case", ALL_SERVERS, ids=ident)
 def test_env_file_lives_in_the_fleet_env_dir(plans, case):
-    assert server(plans, case)["env_path"] == f"/etc/vllm-fleet/{case[1]}.env"
+    assert server(plans, case).env_path == f"/etc/vllm-fleet/{case[1]}.env"
 
 
 @pytest.mark.parametrize("case", ALL_SERVERS, ids=ident)
 def test_env_file_declares_mode_0600(plans, case):
-    assert "mode 0600" in server(plans, case)["env_text"].splitlines()[0]
+    assert "mode 0600" in server(plans, case).env_text.splitlines()[0]
 
 
 @pytest.mark.parametrize(
@@ -234,7 +238,7 @@ def test_unit_start_timeout_covers_model_loading(plans, case):
 @pytest.mark.parametrize("case", ALL_SERVERS, ids=ident)
 def test_unit_waits_for_health_of_its_own_port(plans, case):
     [post] = directive(plans, case, "ExecStartPost")
-    assert f"--port {server(plans, case)['port']} --pid $MAINPID" in post
+    assert f"--port {server(plans, case).port} --pid $MAINPID" in post
 
 
 HARDENING = [
@@ -384,7 +388,7 @@ def test_env_file_carries_the_api_key(plans):
 
 
 def test_api_key_is_not_in_the_unit(plans):
-    assert "sk-test" not in server(plans, ("h200", "deepseek"))["unit_text"]
+    assert "sk-test" not in server(plans, ("h200", "deepseek")).unit_text
 
 
 def test_api_key_is_not_a_flag(plans):
@@ -392,7 +396,7 @@ def test_api_key_is_not_a_flag(plans):
 
 
 def test_plan_records_that_a_server_has_an_api_key(plans):
-    assert server(plans, ("h200", "deepseek"))["has_api_key"] is True
+    assert server(plans, ("h200", "deepseek")).has_api_key is True
 
 
 @pytest.mark.parametrize("case", [c for c in ALL_SERVERS if c != ("h200", "deepseek")], ids=ident)
@@ -417,8 +421,8 @@ def test_api_key_from_a_file_is_stripped_into_the_env_file(tmp_path):
     key = tmp_path / "chat.key"
     key.write_text("sk-from-file\n", encoding="utf-8")
     fleet = load_text(FILE_KEY_FLEET.replace("KEYFILE", str(key)))
-    [chat] = host_plan(fleet, "box")["servers"]
-    assert env_values(chat["env_text"])["VLLM_API_KEY"] == "sk-from-file"
+    [chat] = host_plan(fleet, "box").servers
+    assert env_values(chat.env_text)["VLLM_API_KEY"] == "sk-from-file"
 
 
 def test_api_key_from_a_missing_env_var_is_refused(monkeypatch):
@@ -430,7 +434,29 @@ def test_api_key_from_a_missing_env_var_is_refused(monkeypatch):
 
 @pytest.mark.parametrize("fleet", sorted(FLEETS))
 def test_host_plan_is_plain_json(plans, fleet):
-    assert json.loads(json.dumps(plans[fleet])) == plans[fleet]
+    """Its fields are plain data all the way down (what ``fleet drift --json`` could print)."""
+    data = dataclasses.asdict(plans[fleet])
+    assert json.loads(json.dumps(data)) == json.loads(json.dumps(data, sort_keys=True))
+    assert data["servers"][0]["unit_text"] == plans[fleet].servers[0].unit_text
+
+
+@pytest.mark.parametrize("fleet", sorted(FLEETS))
+def test_host_plan_survives_pyinfras_copy_and_pickling(plans, fleet):
+    """pyinfra hands host data out as a shallow copy; parallel tools pickle it."""
+    plan = plans[fleet]
+    assert copy.copy(plan) == plan
+    assert pickle.loads(pickle.dumps(plan)) == plan
+
+
+@pytest.mark.parametrize("fleet", sorted(FLEETS))
+def test_host_plan_is_frozen(plans, fleet):
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        plans[fleet].servers[0].port = 1  # type: ignore[misc]
+
+
+def test_secrets_stay_out_of_the_plans_repr(plans):
+    assert "sk-test" in server(plans, ("h200", "deepseek")).env_text
+    assert "sk-test" not in repr(plans["h200"])
 
 
 def test_sysctl_drop_in_lists_each_key():
@@ -491,8 +517,8 @@ def test_safe_word_is_left_bare():
 
 def test_json_arg_reaches_vllm_intact():
     fleet = load_fleet(DATA / "valid" / "hf-pinned.yaml")
-    [small] = host_plan(fleet, "cpu-box", secrets=lambda ref: "k")["servers"]
-    [line] = [x for x in small["unit_text"].splitlines() if x.startswith("ExecStart=")]
+    [small] = host_plan(fleet, "cpu-box", secrets=lambda ref: "k").servers
+    [line] = [x for x in small.unit_text.splitlines() if x.startswith("ExecStart=")]
     words = exec_words(line[len("ExecStart=") :])
     config = words[words.index("--override-generation-config") + 1]
     assert json.loads(config) == {"temperature": 0.6, "top_p": 0.95}
@@ -500,8 +526,8 @@ def test_json_arg_reaches_vllm_intact():
 
 def test_extra_env_reaches_the_env_file():
     fleet = load_fleet(DATA / "valid" / "hf-pinned.yaml")
-    [small] = host_plan(fleet, "cpu-box", secrets=lambda ref: "k")["servers"]
-    env = env_values(small["env_text"])
+    [small] = host_plan(fleet, "cpu-box", secrets=lambda ref: "k").servers
+    env = env_values(small.env_text)
     assert (env["VLLM_LOGGING_LEVEL"], env["OMP_NUM_THREADS"]) == ("INFO", "8")
 
 

@@ -13,7 +13,8 @@ import pytest
 from pyinfra.api import FileUploadCommand
 
 from facts.models import ModelCheck
-from fleet.modelplan import model_plan
+from fleet.hostplan import ModelInstall
+from fleet.modelplan import model_check, model_plan
 from fleet.spec import Model, SecretRef
 from operations import models as deploy_models
 
@@ -40,7 +41,7 @@ class FakeHost:
         self.noops.append(text)
 
 
-def run_op(monkeypatch: pytest.MonkeyPatch, report: dict[str, Any] | None, model: dict,
+def run_op(monkeypatch: pytest.MonkeyPatch, report: dict[str, Any] | None, model: ModelInstall,
            check: str = "quick") -> tuple[FakeHost, list[Any]]:
     fake = FakeHost(report)
     monkeypatch.setattr(deploy_models, "host", fake)
@@ -51,7 +52,7 @@ def run_op(monkeypatch: pytest.MonkeyPatch, report: dict[str, Any] | None, model
     return fake, commands
 
 
-def plan(**fields: Any) -> dict[str, Any]:
+def plan(**fields: Any) -> ModelInstall:
     return model_plan("tiny", Model(**fields), secrets=lambda ref: "hf_secret")
 
 
@@ -127,11 +128,28 @@ def test_hf_token_goes_to_stdin_not_the_command_line(monkeypatch: pytest.MonkeyP
 )
 def test_model_plan_unpacks_by_suffix(url: str, unpack: bool, zstd: bool) -> None:
     entry = plan(url=url, sha256=SHA)
-    assert (entry["unpack"], entry["needs_zstd"]) == (unpack, zstd)
+    assert (entry.unpack, entry.needs_zstd) == (unpack, zstd)
 
 
 def test_unpack_setting_wins_over_the_suffix() -> None:
-    assert plan(url="http://h/m.bin", sha256=SHA, unpack=True)["unpack"] is True
+    assert plan(url="http://h/m.bin", sha256=SHA, unpack=True).unpack is True
+
+
+def test_the_token_stays_out_of_the_plans_repr() -> None:
+    model = plan(hf="org/tiny", revision=COMMIT, token=SecretRef(env="HF_TOKEN"))
+    assert model.token == "hf_secret" and "hf_secret" not in repr(model)
+
+
+@pytest.mark.parametrize(("value", "check"), [(None, "quick"), ("", "quick"), ("quick", "quick"),
+                                             ("deep", "deep")])  # fmt: skip
+def test_model_check_setting(value: str | None, check: str) -> None:
+    assert model_check(value) == check
+
+
+@pytest.mark.parametrize("value", ["full", "Deep", "quick "])
+def test_model_check_refuses_anything_else_with_the_sentence(value: str) -> None:
+    with pytest.raises(ValueError, match=rf"^model_check must be quick or deep, not {value!r}$"):
+        model_check(value)
 
 
 def test_fact_command_runs_the_installers_check() -> None:

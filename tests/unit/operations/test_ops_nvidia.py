@@ -12,9 +12,12 @@ from pyinfra.api.exceptions import DeployError
 from pyinfra.context import ctx_host
 
 from deploys import nvidia as nvidia_deploy
+from fleet.hostplan import StackPlan
 from fleet.spec import Host
 from fleet.stack import (
     GOVERNOR_UNIT,
+    DriverLayout,
+    DriverPackages,
     driver_packages,
     pin_text,
     repo_distro,
@@ -36,7 +39,7 @@ UBUNTU_2204 = {"name": "Ubuntu", "major": 22, "minor": 4, "release_meta": {}}
 DEBIAN_12 = {"name": "Debian", "major": 12, "minor": 7, "release_meta": {}}
 
 
-def stack(variant: str = "cu129", **os: Any) -> dict[str, Any]:
+def stack(variant: str = "cu129", **os: Any) -> StackPlan:
     """The stack plan of an 8-GPU host with the given ``os`` section and vLLM build."""
     host = Host.model_validate({
         "address": "10.0.0.9", "gpus": {"count": 8, "model": "H200 SXM"},
@@ -60,21 +63,22 @@ def test_repository_folder_per_distribution(distro: dict, folder: str) -> None:
 @pytest.mark.parametrize("distro", [UBUNTU_2204, UBUNTU_2404])
 def test_ubuntu_driver_and_fabric_manager_by_branch(distro: dict) -> None:
     folder = repo_distro(distro["name"], distro["major"], distro["minor"])
-    assert driver_packages(folder, 535, True, "nvidia") == {
-        "packages": ["nvidia-driver-535", "nvidia-fabricmanager-535"],
-        "probe": "nvidia-driver-535",
-    }
+    assert driver_packages(folder, 535, True, "nvidia") == DriverPackages(
+        packages=("nvidia-driver-535", "nvidia-fabricmanager-535"),
+        probe="nvidia-driver-535",
+    )
 
 
 def test_ubuntu_without_nvswitch_has_no_fabric_manager() -> None:
-    assert driver_packages("ubuntu2204", 570, False, "distro")["packages"] == ["nvidia-driver-570"]
+    assert driver_packages("ubuntu2204", 570, False, "distro").packages == ("nvidia-driver-570",)
 
 
 def test_debian_driver_is_every_part_at_one_version() -> None:
     layout = driver_packages("debian12", 570, True, "nvidia")
-    assert layout["probe"] == "nvidia-driver"
-    assert layout["packages"][-1] == "nvidia-fabricmanager-570"
-    assert "nvidia-persistenced" in layout["packages"]
+    assert layout.probe == "nvidia-driver"
+    assert layout.packages[-1] == "nvidia-fabricmanager-570"
+    assert layout.fabric_manager == "nvidia-fabricmanager-570"
+    assert "nvidia-persistenced" in layout.packages
 
 
 def test_debian_archive_has_no_570() -> None:
@@ -83,7 +87,7 @@ def test_debian_archive_has_no_570() -> None:
 
 
 def test_ubuntu_apt_source_is_signed_by_its_own_key() -> None:
-    text = source_text(stack()["nvidia"], "ubuntu2404", "x86_64")
+    text = source_text(stack().nvidia, "ubuntu2404", "x86_64")
     assert (
         "deb [signed-by=/etc/apt/keyrings/vllm-fleet-nvidia.gpg] "
         "https://developer.download.nvidia.com/compute/cuda/repos/ubuntu2404/x86_64/ /"
@@ -91,7 +95,7 @@ def test_ubuntu_apt_source_is_signed_by_its_own_key() -> None:
 
 
 def test_arm64_uses_the_sbsa_repository() -> None:
-    assert "/ubuntu2204/sbsa/ /" in source_text(stack()["nvidia"], "ubuntu2204", "sbsa")
+    assert "/ubuntu2204/sbsa/ /" in source_text(stack().nvidia, "ubuntu2204", "sbsa")
 
 
 @pytest.mark.parametrize(
@@ -105,7 +109,7 @@ def test_pin_by_branch_or_exact_version(declared: str, pin: str) -> None:
 # --- refusals before anything is installed ---------------------------------------------------
 
 
-def preflight(plan: dict, **facts: Any) -> dict:
+def preflight(plan: StackPlan, **facts: Any) -> DriverLayout:
     base = {"PciGpus": H200_PCI, "LinuxDistribution": UBUNTU_2404, "DebArch": "amd64"}
     fake = FakeHost({**base, **facts})
     with ctx_host.use(fake):
@@ -113,22 +117,23 @@ def preflight(plan: dict, **facts: Any) -> dict:
 
 
 def test_preflight_on_ubuntu_hgx_finds_the_fabric_manager() -> None:
-    facts = preflight(stack())
-    assert facts["fabric_manager"] is True
-    assert facts["packages"] == ["nvidia-driver-570", "nvidia-fabricmanager-570"]
-    assert facts["origin"].endswith("/ubuntu2404/x86_64")
+    layout = preflight(stack())
+    assert layout.fabric_manager_wanted is True
+    assert layout.packages == ("nvidia-driver-570", "nvidia-fabricmanager-570")
+    assert layout.origin.endswith("/ubuntu2404/x86_64")
 
 
 def test_preflight_without_nvswitch_skips_the_fabric_manager() -> None:
     plan = stack()
-    facts = preflight(plan, PciGpus={"gpus": H200_PCI["gpus"], "nvswitches": []})
-    assert facts["packages"] == ["nvidia-driver-570"]
+    layout = preflight(plan, PciGpus={"gpus": H200_PCI["gpus"], "nvswitches": []})
+    assert layout.packages == ("nvidia-driver-570",)
+    assert layout.fabric_manager is None
 
 
 def test_preflight_declared_fabric_manager_wins() -> None:
     plan = stack(nvidia={"driver": "570", "fabric_manager": True})
-    facts = preflight(plan, PciGpus={"gpus": H200_PCI["gpus"], "nvswitches": []})
-    assert facts["packages"][-1] == "nvidia-fabricmanager-570"
+    layout = preflight(plan, PciGpus={"gpus": H200_PCI["gpus"], "nvswitches": []})
+    assert layout.packages[-1] == "nvidia-fabricmanager-570"
 
 
 def test_refuses_an_unsupported_distribution() -> None:
@@ -272,25 +277,25 @@ def test_governor(governors: dict, commands: list[str]) -> None:
 
 
 def test_persistence_drop_in_replaces_exec_start_only() -> None:
-    text = stack()["nvidia"]["persistenced_text"]
+    text = stack().nvidia.persistenced_text
     assert "ExecStart=\nExecStart=/usr/bin/nvidia-persistenced" in text
     assert "--persistence-mode" in text and "--no-persistence-mode" not in text
     assert "WantedBy=multi-user.target" in text
 
 
 def test_cuda_profile_puts_the_pinned_toolkit_on_path() -> None:
-    cuda = stack(cuda="12.8")["cuda"]
-    assert cuda["package"] == "cuda-toolkit-12-8"
-    assert 'export PATH="/usr/local/cuda-12.8/bin:${PATH}"' in cuda["profile_text"]
+    cuda = stack(cuda="12.8").cuda
+    assert cuda.package == "cuda-toolkit-12-8"
+    assert 'export PATH="/usr/local/cuda-12.8/bin:${PATH}"' in cuda.profile_text
 
 
 def test_governor_unit_escapes_the_shell_variable_for_systemd() -> None:
-    text = stack(cpu_governor="performance")["governor"]["unit_text"]
+    text = stack(cpu_governor="performance").governor.unit_text
     assert 'echo performance > "$$f"' in text
     assert "ConditionPathExists=/sys/devices/system/cpu/cpu0/cpufreq/scaling_governor" in text
 
 
 def test_nofile_drop_in_covers_every_vllm_unit() -> None:
-    nofile = stack(nofile=1048576)["nofile"]
-    assert nofile["path"] == "/etc/systemd/system/vllm-.service.d/50-vllm-fleet-nofile.conf"
-    assert "LimitNOFILE=1048576" in nofile["text"]
+    nofile = stack(nofile=1048576).nofile
+    assert nofile.path == "/etc/systemd/system/vllm-.service.d/50-vllm-fleet-nofile.conf"
+    assert "LimitNOFILE=1048576" in nofile.text

@@ -77,4 +77,4 @@ def test_the_rendered_unit_starts_with_the_marker() -> None:
 
     fleet = load_fleet(ROOT / "inventory" / "sandbox.yaml")
     plan = host_plan(fleet, next(iter(fleet.hosts)))
-    assert plan["servers"][0]["unit_text"].splitlines()[0] == FLEET_UNIT_MARKER
+    assert plan.servers[0].unit_text.splitlines()[0] == FLEET_UNIT_MARKER

