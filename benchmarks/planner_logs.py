@@ -69,7 +69,7 @@ def cases() -> list[Path]:
 def compare(case: Path) -> Result:
     """Plan one case and compare it with what vLLM logged."""
     logged = json.loads((case / "logged.json").read_text())
-    plan = plan_fleet(load_fleet(case / "fleet.yaml")).servers[0]
+    plan = plan_fleet(load_fleet(case / "fleet.yaml", capacity=False)).servers[0]
     numbers = logged["logged"]
     ratios: dict[str, float] = {}
     if numbers.get("available_kv_gib") and plan.kv_budget_bytes is not None:
