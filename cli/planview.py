@@ -81,6 +81,12 @@ def reasons(plan: FleetPlan) -> list[str]:
         >>> reasons(plan_fleet(load_fleet("inventory/sandbox.yaml")))[0][:40]
         'sandbox-1/tiny: unknown — cannot check: '
     """
-    lines = [f"{s.host}/{s.server}: {s.verdict} — {s.reason}" for s in plan.servers]
+    lines = []
+    for s in plan.servers:
+        lines.append(f"{s.host}/{s.server}: {s.verdict} — {s.reason}")
+        if s.overhead_terms:
+            lines.append(f"  overhead per GPU ({s.release_model}):")
+            lines += [f"    {t['name']} {_num(t['bytes'])} GiB: {t['source']}"
+                      for t in s.overhead_terms]
     lines += [f"{g.host}:GPU{g.index}: {g.verdict} — {g.reason}" for g in plan.gpus]
     return lines

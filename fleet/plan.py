@@ -43,6 +43,7 @@ from typing import Any
 
 from fleet.gpus import DRIVER_RESERVED_GIB
 from fleet.spec import DTYPE_BYTES, Fleet, Host, ModelConfig, Server, Variant
+from fleet.vllm_defaults import ReleaseDefaults, listed_releases, release_defaults
 
 GiB = 2**30
 #: Per process and GPU, taken before vLLM's memory snapshot (outside its budget).
@@ -56,6 +57,15 @@ CUDA_GRAPH_GIB = 0.5
 GRAPHS_IN_BUDGET_FROM = (0, 21)
 #: Peak bytes of the sampler per (sequence × vocabulary entry).
 SAMPLER_BYTES = 32
+#: V0: the profiling pass's logits, fp32, one row per sequence.
+V0_LOGITS_BYTES = 4
+#: V0 (0.6.x): chunked prefill turns itself on above this max-model-len, with 512 tokens a step
+#: (vllm/engine/arg_utils.py use_long_context; vllm/config.py SchedulerConfig).
+V0_LONG_CONTEXT = 32768
+V0_CHUNKED_TOKENS = 512
+#: V0: memory the 0.6.4 worker logs as non_torch_memory (cuBLAS, allocator; 0.35 GiB on an
+#: RTX 3090, vllm#10517), taken for every V0 release.
+V0_NON_TORCH_GIB = 0.35
 #: vLLM's default KV block size (tokens) on GPUs and on the cpu build.
 BLOCK_SIZE = 16
 CPU_BLOCK_SIZE = 128
@@ -104,6 +114,10 @@ class ServerPlan(_Verdict):
     weights_per_gpu_bytes: int | None = None
     overhead_bytes: int | None = None
     overhead: dict[str, int] = field(default_factory=dict)
+    #: Each term of the overhead: {"name", "bytes", "source"}.
+    overhead_terms: list[dict[str, Any]] = field(default_factory=list)
+    #: Which vLLM release's defaults and memory model were applied, and the engine.
+    release_model: str = ""
     kv_budget_bytes: int | None = None
     kv_cache_dtype: str = "auto"
     kv_bytes_per_token: int | None = None
@@ -309,13 +323,15 @@ def weights_in_memory(server: Server, config: ModelConfig | None, weights: int) 
 def activation_bytes(
     config: ModelConfig | None, tokens: int, tp: int, dtype_bytes: int
 ) -> int:
-    """Estimated activation peak of the profiling forward pass over ``tokens`` tokens.
+    """Estimated activation peak of the profiling forward pass over ``tokens`` tokens:
+    ``tokens × (3·hidden + max(3·intermediate, qkv + q)/TP) × dtype bytes``, which matches
+    the torch peaks of V0 logs within 1 % (Llama-3.1-8B: 2.07 GiB logged at 20,000 tokens).
 
     Example (Qwen3-8B, 2048 tokens, bf16):
         >>> c = ModelConfig(num_hidden_layers=36, num_attention_heads=32,
         ...     num_key_value_heads=8, head_dim=128, hidden_size=4096, intermediate_size=12288)
         >>> activation_bytes(c, 2048, 1, 2)
-        226492416
+        201326592
     """
     if config is None:
         return 0
@@ -325,7 +341,118 @@ def activation_bytes(
     inner = config.intermediate_size or 0
     if config.moe_intermediate_size and config.num_experts_per_tok:
         inner = max(inner, config.moe_intermediate_size * config.num_experts_per_tok)
-    return tokens * (3 * hidden + qkv // tp + 3 * inner // tp) * dtype_bytes
+    attention = (qkv + config.num_attention_heads * head) // tp
+    # The MLP's gate/up output (2 × inner) and its activation (inner) are alive at once, beside
+    # three hidden-size buffers (residual, norm output, layer output); attention needs less.
+    return tokens * (3 * hidden + max(3 * inner // tp, attention)) * dtype_bytes
+
+
+def utilization(host: Host, server: Server) -> float:
+    """--gpu-memory-utilization, or the default of the host's vLLM release (0.92 from 0.32 on,
+    0.9 before: read from each release's source by scripts/gen_vllm_defaults.py).
+
+    Example:
+        >>> h = Host.model_validate({"address": "x", "vllm": {"version": "0.32.0",
+        ...     "variant": "cu129"}})
+        >>> utilization(h, Server(model="m", port=1)), utilization(h, Server(model="m",
+        ...     port=1, args={"gpu-memory-utilization": 0.5}))
+        (0.92, 0.5)
+    """
+    given = server.args.get("gpu-memory-utilization")
+    if given is not None:
+        return float(given)
+    defaults = release_defaults(host.vllm.version)
+    return defaults.gpu_memory_utilization if defaults else 0.9
+
+
+def v0_batch(server: Server, max_len: int | None, defaults: ReleaseDefaults) -> tuple[int, int]:
+    """V0's profiling batch: (max-num-batched-tokens, max-num-seqs), as 0.6's config computes.
+
+    Example:
+        >>> d = release_defaults("0.6.4.post1")
+        >>> v0_batch(Server(model="m", port=1), 20000, d), v0_batch(Server(model="m", port=1),
+        ...     35000, d)
+        ((20000, 256), (512, 256))
+    """
+    seqs = server.int_arg("max-num-seqs") or defaults.max_num_seqs or 256
+    given = server.int_arg("max-num-batched-tokens")
+    if given is not None:
+        return given, seqs
+    explicit = server.args.get("enable-chunked-prefill")
+    chunked = explicit is True or (explicit is None and (max_len or 0) > V0_LONG_CONTEXT)
+    if chunked:
+        return V0_CHUNKED_TOKENS, seqs
+    return max(max_len or 0, 2048), seqs
+
+
+def _overhead(
+    plan: ServerPlan, host: Host, server: Server, config: ModelConfig | None,
+    memory: float | None, dtype_bytes: int,
+) -> None:
+    """Fill the overhead terms of a GPU server's plan, as its release's vLLM profiles memory.
+
+    The profiling pass runs the model over max-num-batched-tokens, then (V1: afterwards, on
+    the last pipeline stage) the sampler over max-num-seqs rows: vLLM takes the torch peak of
+    the two, not their sum (vllm/v1/worker/gpu_model_runner.py profile_run). Non-torch
+    memory (cuBLAS workspaces) and, from 0.21 on, the CUDA graph estimate come on top.
+    """
+    defaults = release_defaults(host.vllm.version)
+    if defaults is None:
+        plan.cannot_check.append(
+            f"release not modelled: vLLM {host.vllm.version} is older than every release the "
+            f"planner read ({', '.join(listed_releases())})"
+        )
+        return
+    plan.release_model = f"vLLM {defaults.release} defaults, {defaults.engine} engine"
+    vocab = config.vocab_size if config and config.vocab_size else 0
+    eager = server.args.get("enforce-eager") is True
+    if defaults.v0:
+        tokens, seqs = v0_batch(server, plan.max_model_len, defaults)
+        sampler = seqs * vocab * V0_LOGITS_BYTES
+        sampler_src = f"{seqs} sequences × vocab {vocab:,} × 4 B (fp32 logits, V0)"
+        non_torch = int(V0_NON_TORCH_GIB * GiB)
+        non_torch_src = "non_torch_memory of a 0.6.4 log (vllm#10517)"
+        graphs, graphs_src = 0, "V0 captures CUDA graphs after the KV cache is sized"
+    else:
+        tokens, seqs = batch_defaults(memory, host.gpus.model, host.vllm.variant)
+        given_tokens = server.int_arg("max-num-batched-tokens")
+        if given_tokens is not None:
+            tokens = given_tokens
+        elif not chunked_prefill(server) and plan.max_model_len:
+            tokens = max(tokens, plan.max_model_len)
+        seqs = server.int_arg("max-num-seqs") or seqs
+        rows = min(tokens, seqs)
+        sampler = rows * vocab * SAMPLER_BYTES
+        sampler_src = (f"{rows} rows × vocab {vocab:,} × {SAMPLER_BYTES} B (fp32 logits, "
+                       "sorted copies, int64 indices for top-k/top-p)")
+        non_torch = int(WORKSPACE_GIB * GiB)
+        non_torch_src = "CUDA library workspaces (cuBLAS: 0.16 GiB measured on an H200)"
+        inside = version_tuple(host.vllm.version) >= GRAPHS_IN_BUDGET_FROM
+        graphs = int(CUDA_GRAPH_GIB * GiB) if inside and not eager else 0
+        graphs_src = ("CUDA graph estimate, in the budget from 0.21 "
+                      "(VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS)" if inside
+                      else "captured after the KV cache is sized (before 0.21)")
+        if eager:
+            graphs_src = "--enforce-eager: no CUDA graphs"
+    activation = activation_bytes(config, tokens, plan.tp, dtype_bytes)
+    peak = max(activation, sampler)
+    plan.overhead = {
+        "activation_bytes": activation,
+        "sampler_bytes": sampler,
+        "profile_peak_bytes": peak,
+        "workspace_bytes": non_torch,
+        "cuda_graph_bytes": graphs,
+    }
+    plan.overhead_terms = [
+        {"name": "activation", "bytes": activation,
+         "source": f"forward pass over {tokens:,} tokens (max-num-batched-tokens)"},
+        {"name": "sampler", "bytes": sampler, "source": sampler_src},
+        {"name": "profiling peak", "bytes": peak,
+         "source": "the larger of activation and sampler (they run one after the other)"},
+        {"name": "non-torch", "bytes": non_torch, "source": non_torch_src},
+        {"name": "CUDA graphs", "bytes": graphs, "source": graphs_src},
+    ]
+    plan.overhead_bytes = peak + non_torch + graphs if config else None
 
 
 def _plan_server(fleet: Fleet, host_name: str, host: Host, name: str, server: Server) -> ServerPlan:
@@ -373,7 +500,7 @@ def _plan_server(fleet: Fleet, host_name: str, host: Host, name: str, server: Se
             )
         else:
             plan.gpu_memory_bytes = int(memory * GiB)
-            plan.utilization = server.gpu_memory_utilization
+            plan.utilization = utilization(host, server)
             plan.budget_bytes = int(plan.utilization * cuda_total_bytes(memory))
         weights = model.weights_bytes if model else None
         if weights is None:
@@ -384,23 +511,7 @@ def _plan_server(fleet: Fleet, host_name: str, host: Host, name: str, server: Se
             loaded, _ = weights_in_memory(server, config, weights)
             plan.weights_bytes = loaded
             plan.weights_per_gpu_bytes = loaded // (plan.tp * plan.pp)
-        tokens, seqs = batch_defaults(memory, host.gpus.model, host.vllm.variant)
-        given_tokens = server.int_arg("max-num-batched-tokens")
-        if given_tokens is not None:
-            tokens = given_tokens
-        elif not chunked_prefill(server) and plan.max_model_len:
-            tokens = max(tokens, plan.max_model_len)
-        seqs = server.int_arg("max-num-seqs") or seqs
-        eager = server.args.get("enforce-eager") is True
-        graphs_inside = version_tuple(host.vllm.version) >= GRAPHS_IN_BUDGET_FROM
-        vocab = config.vocab_size if config and config.vocab_size else 0
-        plan.overhead = {
-            "activation_bytes": activation_bytes(config, tokens, plan.tp, dtype_bytes),
-            "sampler_bytes": min(tokens, seqs) * vocab * SAMPLER_BYTES,
-            "workspace_bytes": int(WORKSPACE_GIB * GiB),
-            "cuda_graph_bytes": int(CUDA_GRAPH_GIB * GiB) if graphs_inside and not eager else 0,
-        }
-        plan.overhead_bytes = sum(plan.overhead.values()) if config else None
+        _overhead(plan, host, server, config, memory, dtype_bytes)
         if None not in (plan.budget_bytes, plan.weights_per_gpu_bytes, plan.overhead_bytes):
             plan.kv_budget_bytes = (
                 plan.budget_bytes - plan.weights_per_gpu_bytes - plan.overhead_bytes
@@ -485,7 +596,7 @@ def _plan_gpus(fleet: Fleet) -> list[GpuPlan]:
     for (host_name, index), on_gpu in sorted(users.items()):
         host = fleet.hosts.get(host_name)
         memory = host.gpus.total_gib if host else None
-        total = sum(server.gpu_memory_utilization for _, _, server in on_gpu)
+        total = sum(utilization(user, server) for _, user, server in on_gpu)
         gpu = GpuPlan(
             host=host_name, index=index, model=host.gpus.model if host else None,
             memory_bytes=int(memory * GiB) if memory else None,

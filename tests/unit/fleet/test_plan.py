@@ -173,17 +173,18 @@ def workstation():
         ("budget_bytes", 23_202_721_955),
         # weights_gib 15.26 × 2^30
         ("weights_per_gpu_bytes", 16_385_300_234),
-        # activations 2048 tokens × (3 × 4096 + 48 × 128 + 3 × 12288) × 2 = 226,492,416
-        # + sampler 256 seqs × 151,936 vocab × 32 = 1,244,659,712
+        # the profiling peak is the larger of (they run one after the other):
+        # activations 2048 tokens × (3 × 4096 + max(3 × 12288, 48 × 128 + 32 × 128)) × 2
+        # = 201,326,592 and the sampler 256 seqs × 151,936 vocab × 32 = 1,244,659,712;
         # + workspaces 0.15 GiB = 161,061,273 (CUDA graphs are outside the budget in 0.11)
-        ("overhead_bytes", 1_632_213_401),
-        # 23,202,721,955 − 16,385,300,234 − 1,632,213,401
-        ("kv_budget_bytes", 5_185_208_320),
+        ("overhead_bytes", 1_405_720_985),
+        # 23,202,721,955 − 16,385,300,234 − 1,405,720,985
+        ("kv_budget_bytes", 5_411_700_736),
         ("kv_bytes_per_token", 147_456),
-        # 5,185,208,320 // (147,456 × 16) = 2197 blocks of 16; 2197 / 128 blocks per 2048
-        # tokens = 17.1640625 sequences = 35,152 tokens
-        ("kv_cache_tokens", 35_152),
-        ("max_concurrency", 17.1640625),
+        # 5,411,700,736 // (147,456 × 16) = 2293 blocks of 16; 2293 / 128 blocks per 2048
+        # tokens = 17.9140625 sequences = 36,688 tokens
+        ("kv_cache_tokens", 36_688),
+        ("max_concurrency", 17.9140625),
         ("verdict", "fits"),
     ],
 )
@@ -383,7 +384,7 @@ def test_plan_exits_1_when_a_server_does_not_fit(capsys):
 
 def test_plan_shows_the_numbers_of_a_server_that_does_not_fit(capsys):
     main(["plan", str(NOT_FITTING)])
-    assert "box/chat: does not fit — the KV cache holds 14,640 tokens" in capsys.readouterr().out
+    assert "box/chat: does not fit — the KV cache holds 16,176 tokens" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("file", sorted(EXAMPLES.glob("*.yaml")), ids=lambda p: p.stem)
