@@ -40,7 +40,7 @@ from fleet.spec import RESERVED_ARGS, ArgValue, Server
 FLAGS_DIR = Path(__file__).resolve().parent / "vllm_flags"
 Finding = tuple[tuple[str | int, ...], str, str | None]
 
-_VERSION = re.compile(r"^(\d+)\.(\d+)\.(\d+)(?:\.post(\d+))?$")
+_VERSION = re.compile(r"([0-9]+)\.([0-9]+)\.([0-9]+)(?:\.post([0-9]+))?")
 _HUMAN_INT = re.compile(r"^(\d+(?:\.\d+)?)([kKmMgGtT])$")
 #: Choices listed in a hint when there are at most this many.
 _LIST_CHOICES = 12
@@ -223,7 +223,7 @@ def release_key(version: str) -> tuple[int, ...]:
         >>> release_key("0.10.1.post1") > release_key("0.10.1") > release_key("0.9.2")
         True
     """
-    match = _VERSION.match(version.split("+", 1)[0])
+    match = _VERSION.fullmatch(version.split("+", 1)[0])
     if not match:
         raise ValueError(f"{version!r} is not a vLLM release like 0.32.0")
     return tuple(int(part or 0) for part in match.groups())
@@ -236,7 +236,7 @@ def known_versions(directory: Path = FLAGS_DIR) -> list[str]:
         >>> "0.32.0" in known_versions()
         True
     """
-    names = [p.stem for p in directory.glob("*.json") if _VERSION.match(p.stem)]
+    names = [p.stem for p in directory.glob("*.json") if _VERSION.fullmatch(p.stem)]
     return sorted(names, key=release_key)
 
 

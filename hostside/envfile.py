@@ -32,9 +32,9 @@ import re
 from collections.abc import Mapping
 
 #: Values written bare: nothing systemd's parser treats specially.
-_BARE = re.compile(r"^[A-Za-z0-9_./:=,+@-]+$")
+_BARE = re.compile(r"[A-Za-z0-9_./:=,+@-]+")
 #: What systemd accepts as a variable name (env_name_is_valid).
-_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _BLANK = " \t\n\r"
 _NEWLINE = "\n\r"
 #: Characters a backslash escapes inside double quotes (systemd's SHELL_NEED_ESCAPE).
@@ -52,7 +52,7 @@ def quote(value: str) -> str:
         raise ValueError("environment values cannot contain newlines")
     if "\0" in value:
         raise ValueError("environment values cannot contain NUL characters")
-    if _BARE.match(value):
+    if _BARE.fullmatch(value):
         return value
     return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
@@ -66,7 +66,7 @@ def dumps(env: Mapping[str, str], comment: str | None = None) -> str:
     """
     lines = [f"# {comment}"] if comment is not None else []
     for name, value in env.items():
-        if not _NAME.match(name):
+        if not _NAME.fullmatch(name):
             raise ValueError(f"{name!r} is not an environment variable name")
         lines.append(f"{name}={quote(value)}")
     return "".join(line + "\n" for line in lines)
@@ -89,7 +89,7 @@ def loads(text: str) -> dict[str, str]:
     def push() -> None:
         name = "".join(key[:key_blank] if key_blank is not None else key)
         text_value = "".join(value[:value_blank] if value_blank is not None else value)
-        if _NAME.match(name):
+        if _NAME.fullmatch(name):
             env[name] = text_value
 
     for c in text:

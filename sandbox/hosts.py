@@ -88,7 +88,7 @@ STOP_TIMEOUT_S = 15.0
 CGROUP_PREFIX = "vllm-fleet-"
 SSHD_DROPIN = "/etc/ssh/sshd_config.d/50-fleet.conf"
 
-_NAME_RE = re.compile(r"^[a-z0-9]([a-z0-9._-]{0,46}[a-z0-9])?$")
+_NAME_RE = re.compile(r"[a-z0-9]([a-z0-9._-]{0,46}[a-z0-9])?")
 _PEM_RE = re.compile(r"-----BEGIN CERTIFICATE-----.+?-----END CERTIFICATE-----", re.S)
 _TOOLS = {  # binary -> Debian package that provides it
     "systemd-nspawn": "systemd-container",
@@ -334,7 +334,7 @@ def ssh_argv(name: str, command: str) -> list[str]:
 
 
 def _check_name(name: str) -> None:
-    if not _NAME_RE.match(name) or ".." in name:
+    if not _NAME_RE.fullmatch(name) or ".." in name:
         raise SandboxError(
             f"invalid sandbox host name {name!r}: use lowercase letters, digits, '-', '.', '_' "
             "(at most 48, starting and ending with a letter or digit)"
