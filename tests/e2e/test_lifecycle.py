@@ -1,7 +1,10 @@
 """The Molecule lifecycle on a real sandbox host: up → converge → idempotence → verify → down.
 
 Real parts throughout: a systemd container reached over SSH, real apt and pip, the CPU build of
-vLLM serving the committed tiny model, downloaded from a loopback HTTP server and verified.
+vLLM serving the committed tiny model, downloaded from a loopback HTTP server and verified. The
+host is the session's shared vLLM host (tests/e2e/conftest.py): up is its start, converge this
+module's first deploy onto it (the servers of a module before are retired), down the last test
+of the session that uses it.
 Faults: a wrong checksum fails the deploy and leaves the previous model serving; a broken
 fleet file stops pyinfra before any host is contacted.
 """
@@ -9,26 +12,25 @@ fleet file stops pyinfra before any host is contacted.
 from __future__ import annotations
 
 import json
-import os
 import re
 import shlex
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from sandbox import hosts as sandbox
-from sandbox import modelserver
+from tests.support import e2e
+from tests.support.e2e import TESTMODEL_SHA as ARCHIVE_SHA
+from tests.support.e2e import changes, on_host
 
 pytestmark = pytest.mark.e2e
 
-ROOT = Path(__file__).resolve().parents[2]
-HOST = "e2e-1"
-SERVER_PORT = 18100
-MODEL_PORT = 18765
+ROOT = e2e.ROOT
+HOST = e2e.VLLM_HOST
+SERVER_PORT = e2e.LIFECYCLE_PORT
 API_KEY = "e2e-secret-7f3a9c1d"
-ARCHIVE_SHA = (ROOT / "testmodel" / "tiny-llama.tar.gz.sha256").read_text().split()[0]
+ENV = {"FLEET_E2E_API_KEY": API_KEY}
 WRONG_SHA = "0" * 63 + "1"
 
 FLEET_TEMPLATE = """\
@@ -40,7 +42,7 @@ defaults:
   vllm: {{version: "0.32.0", variant: cpu, cpu_kvcache_space_gib: 1}}
 models:
   tiny-llama:
-    url: "http://127.0.0.1:{model_port}/tiny-llama.tar.gz"
+    url: "{url}"
     sha256: "{sha}"
 hosts:
   {host}:
@@ -60,7 +62,7 @@ def write_fleet(path: Path, sha: str) -> Path:
     path.write_text(
         FLEET_TEMPLATE.format(
             schema=ROOT / "inventory" / "fleet.schema.json",
-            model_port=MODEL_PORT,
+            url=e2e.TESTMODEL_URL,
             sha=sha,
             host=HOST,
             port=SERVER_PORT,
@@ -69,37 +71,14 @@ def write_fleet(path: Path, sha: str) -> Path:
     return path
 
 
-def run(argv: list[str], fleet: Path, timeout: float = 900) -> subprocess.CompletedProcess:
-    """Run a command from the repository root with FLEET and the API key's variable set."""
-    env = dict(os.environ, FLEET=str(fleet), FLEET_E2E_API_KEY=API_KEY)
-    return subprocess.run(
-        argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout, check=False
-    )
-
-
 def deploy(fleet: Path) -> subprocess.CompletedProcess:
-    """``pyinfra -y inventory.py deploy.py`` on the fleet file."""
-    pyinfra = Path(sys.executable).parent / "pyinfra"
-    return run([str(pyinfra), "-y", "inventory.py", "deploy.py"], fleet)
+    """``pyinfra -y inventory.py deploy.py`` on the fleet file, with the API key set."""
+    return e2e.deploy(fleet, ENV)
 
 
-def changes(output: str) -> int:
-    """The number of operations that changed something, from pyinfra's results table.
-
-    Example:
-        >>> changes("    Grand total   19   12   -   7")
-        12
-    """
-    match = re.search(r"Grand total\s+(\d+)\s+(\d+|-)\s+(\d+|-)\s+(\d+|-)", output)
-    assert match, f"no results table in pyinfra's output:\n{output[-3000:]}"
-    return 0 if match.group(2) == "-" else int(match.group(2))
-
-
-def on_host(command: str) -> subprocess.CompletedProcess:
-    """Run a shell command on the sandbox host over SSH."""
-    return subprocess.run(
-        sandbox.ssh_argv(HOST, command), capture_output=True, text=True, timeout=120, check=False
-    )
+def fleet_cli(fleet: Path, *args: str) -> subprocess.CompletedProcess:
+    """``fleet ARGS`` with the API key set."""
+    return e2e.fleet_cli(fleet, *args, env=ENV)
 
 
 @pytest.fixture(scope="module")
@@ -108,14 +87,9 @@ def fleet_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def host_up(fleet_file: Path):
-    """The model server and the sandbox host, for the whole module; both gone afterwards."""
-    modelserver.start(ROOT / "testmodel", port=MODEL_PORT)
-    sandbox.down([HOST])
-    hosts = sandbox.up({HOST: [SERVER_PORT]})
-    yield hosts[0]
-    sandbox.down([HOST])
-    modelserver.stop(port=MODEL_PORT)
+def host_up(vllm_host, testmodel_server):
+    """The shared sandbox host (tests/e2e/conftest.py) and the model server."""
+    return vllm_host
 
 
 @pytest.fixture(scope="module")
@@ -125,6 +99,8 @@ def converge(host_up, fleet_file: Path) -> subprocess.CompletedProcess:
 
 @pytest.fixture(scope="module")
 def second_run(converge, fleet_file: Path) -> subprocess.CompletedProcess:
+    """The deploy again, once the models of modules before (on the shared host) are gone."""
+    e2e.prune_other_models(fleet_file, ENV)
     return deploy(fleet_file)
 
 
@@ -151,15 +127,13 @@ def test_second_deploy_changes_nothing(second_run: subprocess.CompletedProcess) 
 
 
 def test_verify_passes(second_run, fleet_file: Path) -> None:
-    fleet = Path(sys.executable).parent / "fleet"
-    result = run([str(fleet), "verify", str(fleet_file), "-q"], fleet_file)
+    result = fleet_cli(fleet_file, "verify", str(fleet_file), "-q")
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
     assert re.search(r"\b1[0-9] passed\b", result.stdout), result.stdout[-2000:]
 
 
 def test_complete_prints_an_answer(second_run, fleet_file: Path) -> None:
-    fleet = Path(sys.executable).parent / "fleet"
-    result = run([str(fleet), "complete", str(fleet_file), "--prompt", "Hello"], fleet_file)
+    result = fleet_cli(fleet_file, "complete", str(fleet_file), "--prompt", "Hello")
     assert result.returncode == 0, result.stderr
     assert "answered 16 tokens" in result.stdout
 
@@ -309,8 +283,7 @@ def test_a_server_taken_out_of_the_fleet_is_stopped_and_removed(
     assert started.returncode == 0, started.stderr
     before = main_pid()
 
-    fleet = Path(sys.executable).parent / "fleet"
-    report = run([str(fleet), "drift", str(fleet_file), "--json"], fleet_file)
+    report = fleet_cli(fleet_file, "drift", str(fleet_file), "--json")
     assert report.returncode == 2, report.stdout + report.stderr
     rows = json.loads(report.stdout)["rows"]
     assert [r["item"] for r in rows if r["status"] == "drift"] == [
@@ -353,9 +326,12 @@ def test_changed_file_limit_restarts_the_server(second_run, tmp_path: Path) -> N
     assert on_host("systemctl is-active vllm-chat.service").stdout.strip() == "active"
 
 
-def test_down_stops_the_host(second_run, fleet_file: Path) -> None:
-    fleet = Path(sys.executable).parent / "fleet"
-    result = run([str(fleet), "sandbox", "down", str(fleet_file)], fleet_file)
+@pytest.mark.ends_vllm_host
+def test_down_stops_the_host(vllm_host, fleet_file: Path) -> None:
+    """Last of all the shared host's users (tests/e2e/conftest.py moves it there)."""
+    serving = on_host("systemctl list-units --state=active --plain --no-legend 'vllm-*.service'")
+    assert serving.stdout.strip(), "the host to stop should be serving vLLM"
+    result = fleet_cli(fleet_file, "sandbox", "down", str(fleet_file))
     assert result.returncode == 0, result.stderr
     assert sandbox.status([HOST])[0].state == "absent"
     assert sandbox.connection(HOST) is None
