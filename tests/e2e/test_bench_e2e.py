@@ -1,7 +1,8 @@
 """``fleet bench`` against the real CPU vLLM on a sandbox host, directly and through SSH.
 
 Deploys the committed tiny model to the session's shared vLLM host (tests/e2e/conftest.py;
-server port 18300, retiring the servers of a module before), then runs one short ladder (1, 2)
+server ``bench`` on port 18300, retiring the servers of a module before; a name of its own, so
+that no module's server inherits another's saved configuration), then runs one short ladder (1, 2)
 with the fleet's API key, and one step through an SSH local port forward over the host's sshd.
 """
 
@@ -36,7 +37,7 @@ hosts:
   {HOST}:
     address: sandbox
     servers:
-      chat:
+      bench:
         model: tiny-llama
         port: {SERVER_PORT}
         served_model_name: tiny-bench
@@ -58,7 +59,7 @@ def deployed(vllm_host, testmodel_server, tmp_path_factory: pytest.TempPathFacto
 def bench(fleet: Path, out: Path, *extra: str) -> tuple[subprocess.CompletedProcess, dict]:
     """``fleet bench`` on the host's server; the process and its JSON report."""
     result = e2e.run([sys.executable, "-m", "cli.main", "bench", str(fleet), "--server",
-                      f"{HOST}/chat", "--input-len", "32", "--output-len", str(OUTPUT_LEN),
+                      f"{HOST}/bench", "--input-len", "32", "--output-len", str(OUTPUT_LEN),
                       "--out", str(out), "--no-progress", "--sample-interval", "0.2", *extra],
                      fleet, ENV, timeout=300)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]

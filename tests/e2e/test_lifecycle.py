@@ -204,8 +204,8 @@ def test_broken_fleet_file_stops_before_any_host(host_up, tmp_path: Path) -> Non
 
 def test_failed_restart_restores_the_previous_service(second_run, tmp_path: Path) -> None:
     """A new configuration that cannot start must not leave the host without its server."""
-    unit = "/etc/systemd/system/vllm-chat.service"
-    unit_before = on_host(f"cat {unit}").stdout
+    unit, env = "/etc/systemd/system/vllm-chat.service", "/etc/vllm-fleet/chat.env"
+    unit_before, env_before = on_host(f"cat {unit}").stdout, on_host(f"cat {env}").stdout
     bad = write_fleet(tmp_path / "too-long.yaml", ARCHIVE_SHA)
     # The model allows 2048 positions: vLLM refuses 4096 at startup, after the unit is written.
     bad.write_text(bad.read_text().replace("max-model-len: 512", "max-model-len: 4096"))
@@ -215,6 +215,7 @@ def test_failed_restart_restores_the_previous_service(second_run, tmp_path: Path
     assert "failed to start with the new configuration" in output
     assert "restored the previous configuration of vllm-chat.service" in output
     assert on_host(f"cat {unit}").stdout == unit_before
+    assert on_host(f"cat {env}").stdout == env_before
     assert on_host("systemctl is-active vllm-chat.service").stdout.strip() == "active"
 
 
