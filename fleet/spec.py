@@ -26,6 +26,7 @@ from pydantic import (
     Discriminator,
     Field,
     PrivateAttr,
+    StrictInt,
     Tag,
     field_validator,
     model_validator,
@@ -159,7 +160,7 @@ class Os(Strict):
         pattern=r"^(https?|file)://[!-~]+$",
     )
     cpu_governor: Governor | None = Field(None, description="CPU frequency governor to set.")
-    sysctl: dict[SysctlKey, int | SysctlValue] = Field(
+    sysctl: dict[SysctlKey, StrictInt | SysctlValue] = Field(
         default_factory=dict, description="Kernel parameters, written to a sysctl.d drop-in."
     )
     nofile: int = Field(

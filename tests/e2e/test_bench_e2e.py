@@ -1,33 +1,29 @@
 """``fleet bench`` against the real CPU vLLM on a sandbox host, directly and through SSH.
 
-Deploys the committed tiny model to sandbox host ``bench-1`` (server port 18300, model archive
-served on 18771), then runs one short ladder (1, 2) with the fleet's API key, and one step
-through an SSH local port forward over the host's sshd. Standalone for now; it could share the
-host of ``test_e2e.py``'s lifecycle instead of deploying its own.
+Deploys the committed tiny model to the session's shared vLLM host (tests/e2e/conftest.py;
+server ``bench`` on port 18300, retiring the servers of a module before; a name of its own, so
+that no module's server inherits another's saved configuration), then runs one short ladder (1, 2)
+with the fleet's API key, and one step through an SSH local port forward over the host's sshd.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from sandbox import hosts as sandbox
-from sandbox import modelserver
+from tests.support import e2e
 
 pytestmark = pytest.mark.e2e
 
-ROOT = Path(__file__).resolve().parents[2]
-HOST = "bench-1"
-SERVER_PORT = 18300
-MODEL_PORT = 18771
+HOST = e2e.VLLM_HOST
+SERVER_PORT = e2e.BENCH_PORT
 API_KEY = "bench-e2e-5b8d2e"
+ENV = {"FLEET_BENCH_E2E_KEY": API_KEY}
 OUTPUT_LEN = 16
-ARCHIVE_SHA = (ROOT / "testmodel" / "tiny-llama.tar.gz.sha256").read_text().split()[0]
 
 FLEET = f"""\
 version: 1
@@ -35,13 +31,13 @@ defaults:
   vllm: {{version: "0.32.0", variant: cpu, cpu_kvcache_space_gib: 1}}
 models:
   tiny-llama:
-    url: "http://127.0.0.1:{MODEL_PORT}/tiny-llama.tar.gz"
-    sha256: "{ARCHIVE_SHA}"
+    url: "{e2e.TESTMODEL_URL}"
+    sha256: "{e2e.TESTMODEL_SHA}"
 hosts:
   {HOST}:
     address: sandbox
     servers:
-      chat:
+      bench:
         model: tiny-llama
         port: {SERVER_PORT}
         served_model_name: tiny-bench
@@ -50,37 +46,22 @@ hosts:
 """
 
 
-def run(argv: list[str], fleet: Path, timeout: float = 900) -> subprocess.CompletedProcess:
-    """Run a command from the repository root with FLEET and the API key's variable set."""
-    env = dict(os.environ, FLEET=str(fleet), FLEET_BENCH_E2E_KEY=API_KEY)
-    return subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True,
-                          timeout=timeout, check=False)
-
-
 @pytest.fixture(scope="module")
-def deployed(tmp_path_factory: pytest.TempPathFactory):
-    """The sandbox host with the tiny model served, for the whole module; gone afterwards."""
+def deployed(vllm_host, testmodel_server, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The shared host with the tiny model served as this module's fleet file says."""
     fleet = tmp_path_factory.mktemp("bench-e2e") / "fleet.yaml"
     fleet.write_text(FLEET)
-    modelserver.start(ROOT / "testmodel", port=MODEL_PORT)
-    sandbox.down([HOST])
-    try:
-        sandbox.up({HOST: [SERVER_PORT]})
-        pyinfra = Path(sys.executable).parent / "pyinfra"
-        result = run([str(pyinfra), "-y", "inventory.py", "deploy.py"], fleet)
-        assert result.returncode == 0, (result.stdout + result.stderr)[-4000:]
-        yield fleet
-    finally:
-        sandbox.down([HOST])
-        modelserver.stop(port=MODEL_PORT)
+    result = e2e.deploy(fleet, ENV)
+    assert result.returncode == 0, e2e.output(result)[-4000:]
+    return fleet
 
 
 def bench(fleet: Path, out: Path, *extra: str) -> tuple[subprocess.CompletedProcess, dict]:
     """``fleet bench`` on the host's server; the process and its JSON report."""
-    result = run([sys.executable, "-m", "cli.main", "bench", str(fleet), "--server",
-                  f"{HOST}/chat", "--input-len", "32", "--output-len", str(OUTPUT_LEN),
-                  "--out", str(out), "--no-progress", "--sample-interval", "0.2", *extra],
-                 fleet, timeout=300)
+    result = e2e.run([sys.executable, "-m", "cli.main", "bench", str(fleet), "--server",
+                      f"{HOST}/bench", "--input-len", "32", "--output-len", str(OUTPUT_LEN),
+                      "--out", str(out), "--no-progress", "--sample-interval", "0.2", *extra],
+                     fleet, ENV, timeout=300)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     return result, json.loads((out / "bench.json").read_text())
 

@@ -10,30 +10,29 @@ The lifecycle: deploy → deploy again with zero changes → drift clean → bre
 drift names each → deploy → clean; then the fleet file moves the driver from 535 to 570, and
 driver and fabric manager move together, both held. No vLLM here: the host has GPUs but no
 servers, so the deploy installs the stack only (a few seconds of apt instead of gigabytes).
+That is also why it keeps a host of its own instead of the session's shared vLLM host: that one
+must stay a CPU host, and this fleet file (no servers) would retire its servers.
 """
 
 from __future__ import annotations
 
 import json
-import os
-import re
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from sandbox import hosts as sandbox
 from sandbox import modelserver
+from tests.support import e2e
+from tests.support.e2e import ROOT, changes, deploy
 from tests.support.standin_nvidia.build import build
 from tests.support.standin_nvidia.hardware import hgx_h200, install
 
 pytestmark = pytest.mark.e2e
 
-ROOT = Path(__file__).resolve().parents[2]
 HOST = "gpu-e2e"
 REPO_PORT = 18410
-BIN = Path(sys.executable).parent
 
 FLEET = """\
 # yaml-language-server: $schema={schema}
@@ -58,33 +57,14 @@ DRIVER_PARTS = ["nvidia-driver", "nvidia-smi", "nvidia-kernel-dkms", "libcuda1",
                 "nvidia-persistenced"]  # fmt: skip
 
 
-def run(argv: list[str], fleet: Path, timeout: float = 600) -> subprocess.CompletedProcess:
-    """Run a command from the repository root with FLEET set."""
-    return subprocess.run(
-        argv, cwd=ROOT, env=dict(os.environ, FLEET=str(fleet)), capture_output=True, text=True,
-        timeout=timeout, check=False,
-    )  # fmt: skip
-
-
-def deploy(fleet: Path) -> subprocess.CompletedProcess:
-    return run([str(BIN / "pyinfra"), "-y", "inventory.py", "deploy.py"], fleet)
-
-
 def drift(fleet: Path) -> tuple[int, dict]:
-    result = run([str(BIN / "fleet"), "drift", str(fleet), "--json"], fleet)
+    result = e2e.fleet_cli(fleet, "drift", str(fleet), "--json")
     return result.returncode, json.loads(result.stdout)
 
 
-def changes(output: str) -> int:
-    """Operations that changed something, from pyinfra's results table."""
-    match = re.search(r"Grand total\s+(\d+)\s+(\d+|-)\s+(\d+|-)\s+(\d+|-)", output)
-    assert match, f"no results table in pyinfra's output:\n{output[-3000:]}"
-    return 0 if match.group(2) == "-" else int(match.group(2))
-
-
 def on_host(command: str, stdin: str = "") -> subprocess.CompletedProcess:
-    return subprocess.run(sandbox.ssh_argv(HOST, command), input=stdin, capture_output=True,
-                          text=True, timeout=300, check=False)  # fmt: skip
+    """A shell command on this module's GPU host."""
+    return e2e.on_host(command, HOST, stdin)
 
 
 def drifted(report: dict) -> set[str]:

@@ -1,7 +1,10 @@
 """The Molecule lifecycle on a real sandbox host: up → converge → idempotence → verify → down.
 
 Real parts throughout: a systemd container reached over SSH, real apt and pip, the CPU build of
-vLLM serving the committed tiny model, downloaded from a loopback HTTP server and verified.
+vLLM serving the committed tiny model, downloaded from a loopback HTTP server and verified. The
+host is the session's shared vLLM host (tests/e2e/conftest.py): up is its start, converge this
+module's first deploy onto it (the servers of a module before are retired), down the last test
+of the session that uses it.
 Faults: a wrong checksum fails the deploy and leaves the previous model serving; a broken
 fleet file stops pyinfra before any host is contacted.
 """
@@ -9,30 +12,29 @@ fleet file stops pyinfra before any host is contacted.
 from __future__ import annotations
 
 import json
-import os
 import re
 import shlex
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from hostside import envfile
 from sandbox import hosts as sandbox
-from sandbox import modelserver
+from tests.support import e2e
+from tests.support.e2e import TESTMODEL_SHA as ARCHIVE_SHA
+from tests.support.e2e import changes, on_host
 from tests.unit.hostside.test_envfile import HOSTILE, SYSTEMD_READS
 
 pytestmark = pytest.mark.e2e
 
-ROOT = Path(__file__).resolve().parents[2]
-HOST = "e2e-1"
-SERVER_PORT = 18100
-MODEL_PORT = 18765
+ROOT = e2e.ROOT
+HOST = e2e.VLLM_HOST
+SERVER_PORT = e2e.LIFECYCLE_PORT
 #: Quotes, a backslash, ``$`` and spaces: written by the env-file writer, enforced by vLLM, read
 #: back on the host by the readiness check, ``fleet verify`` and ``fleet complete`` alike.
 API_KEY = 'e2e "se\\cret" $HOME 7f3a9c1d'
-ARCHIVE_SHA = (ROOT / "testmodel" / "tiny-llama.tar.gz.sha256").read_text().split()[0]
+ENV = {"FLEET_E2E_API_KEY": API_KEY}
 WRONG_SHA = "0" * 63 + "1"
 
 FLEET_TEMPLATE = """\
@@ -44,7 +46,7 @@ defaults:
   vllm: {{version: "0.32.0", variant: cpu, cpu_kvcache_space_gib: 1}}
 models:
   tiny-llama:
-    url: "http://127.0.0.1:{model_port}/tiny-llama.tar.gz"
+    url: "{url}"
     sha256: "{sha}"
 hosts:
   {host}:
@@ -64,7 +66,7 @@ def write_fleet(path: Path, sha: str) -> Path:
     path.write_text(
         FLEET_TEMPLATE.format(
             schema=ROOT / "inventory" / "fleet.schema.json",
-            model_port=MODEL_PORT,
+            url=e2e.TESTMODEL_URL,
             sha=sha,
             host=HOST,
             port=SERVER_PORT,
@@ -73,37 +75,14 @@ def write_fleet(path: Path, sha: str) -> Path:
     return path
 
 
-def run(argv: list[str], fleet: Path, timeout: float = 900) -> subprocess.CompletedProcess:
-    """Run a command from the repository root with FLEET and the API key's variable set."""
-    env = dict(os.environ, FLEET=str(fleet), FLEET_E2E_API_KEY=API_KEY)
-    return subprocess.run(
-        argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout, check=False
-    )
-
-
 def deploy(fleet: Path) -> subprocess.CompletedProcess:
-    """``pyinfra -y inventory.py deploy.py`` on the fleet file."""
-    pyinfra = Path(sys.executable).parent / "pyinfra"
-    return run([str(pyinfra), "-y", "inventory.py", "deploy.py"], fleet)
+    """``pyinfra -y inventory.py deploy.py`` on the fleet file, with the API key set."""
+    return e2e.deploy(fleet, ENV)
 
 
-def changes(output: str) -> int:
-    """The number of operations that changed something, from pyinfra's results table.
-
-    Example:
-        >>> changes("    Grand total   19   12   -   7")
-        12
-    """
-    match = re.search(r"Grand total\s+(\d+)\s+(\d+|-)\s+(\d+|-)\s+(\d+|-)", output)
-    assert match, f"no results table in pyinfra's output:\n{output[-3000:]}"
-    return 0 if match.group(2) == "-" else int(match.group(2))
-
-
-def on_host(command: str) -> subprocess.CompletedProcess:
-    """Run a shell command on the sandbox host over SSH."""
-    return subprocess.run(
-        sandbox.ssh_argv(HOST, command), capture_output=True, text=True, timeout=120, check=False
-    )
+def fleet_cli(fleet: Path, *args: str) -> subprocess.CompletedProcess:
+    """``fleet ARGS`` with the API key set."""
+    return e2e.fleet_cli(fleet, *args, env=ENV)
 
 
 @pytest.fixture(scope="module")
@@ -112,14 +91,9 @@ def fleet_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def host_up(fleet_file: Path):
-    """The model server and the sandbox host, for the whole module; both gone afterwards."""
-    modelserver.start(ROOT / "testmodel", port=MODEL_PORT)
-    sandbox.down([HOST])
-    hosts = sandbox.up({HOST: [SERVER_PORT]})
-    yield hosts[0]
-    sandbox.down([HOST])
-    modelserver.stop(port=MODEL_PORT)
+def host_up(vllm_host, testmodel_server):
+    """The shared sandbox host (tests/e2e/conftest.py) and the model server."""
+    return vllm_host
 
 
 @pytest.fixture(scope="module")
@@ -129,6 +103,8 @@ def converge(host_up, fleet_file: Path) -> subprocess.CompletedProcess:
 
 @pytest.fixture(scope="module")
 def second_run(converge, fleet_file: Path) -> subprocess.CompletedProcess:
+    """The deploy again, once the models of modules before (on the shared host) are gone."""
+    e2e.prune_other_models(fleet_file, ENV)
     return deploy(fleet_file)
 
 
@@ -155,15 +131,13 @@ def test_second_deploy_changes_nothing(second_run: subprocess.CompletedProcess) 
 
 
 def test_verify_passes(second_run, fleet_file: Path) -> None:
-    fleet = Path(sys.executable).parent / "fleet"
-    result = run([str(fleet), "verify", str(fleet_file), "-q"], fleet_file)
+    result = fleet_cli(fleet_file, "verify", str(fleet_file), "-q")
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
     assert re.search(r"\b1[0-9] passed\b", result.stdout), result.stdout[-2000:]
 
 
 def test_complete_prints_an_answer(second_run, fleet_file: Path) -> None:
-    fleet = Path(sys.executable).parent / "fleet"
-    result = run([str(fleet), "complete", str(fleet_file), "--prompt", "Hello"], fleet_file)
+    result = fleet_cli(fleet_file, "complete", str(fleet_file), "--prompt", "Hello")
     assert result.returncode == 0, result.stderr
     assert "answered 16 tokens" in result.stdout
 
@@ -271,8 +245,8 @@ def test_broken_fleet_file_stops_before_any_host(host_up, tmp_path: Path) -> Non
 
 def test_failed_restart_restores_the_previous_service(second_run, tmp_path: Path) -> None:
     """A new configuration that cannot start must not leave the host without its server."""
-    unit = "/etc/systemd/system/vllm-chat.service"
-    unit_before = on_host(f"cat {unit}").stdout
+    unit, env = "/etc/systemd/system/vllm-chat.service", "/etc/vllm-fleet/chat.env"
+    unit_before, env_before = on_host(f"cat {unit}").stdout, on_host(f"cat {env}").stdout
     bad = write_fleet(tmp_path / "too-long.yaml", ARCHIVE_SHA)
     # The model allows 2048 positions: vLLM refuses 4096 at startup, after the unit is written.
     bad.write_text(bad.read_text().replace("max-model-len: 512", "max-model-len: 4096"))
@@ -282,6 +256,7 @@ def test_failed_restart_restores_the_previous_service(second_run, tmp_path: Path
     assert "failed to start with the new configuration" in output
     assert "restored the previous configuration of vllm-chat.service" in output
     assert on_host(f"cat {unit}").stdout == unit_before
+    assert on_host(f"cat {env}").stdout == env_before
     assert on_host("systemctl is-active vllm-chat.service").stdout.strip() == "active"
 
 
@@ -350,8 +325,7 @@ def test_a_server_taken_out_of_the_fleet_is_stopped_and_removed(
     assert started.returncode == 0, started.stderr
     before = main_pid()
 
-    fleet = Path(sys.executable).parent / "fleet"
-    report = run([str(fleet), "drift", str(fleet_file), "--json"], fleet_file)
+    report = fleet_cli(fleet_file, "drift", str(fleet_file), "--json")
     assert report.returncode == 2, report.stdout + report.stderr
     rows = json.loads(report.stdout)["rows"]
     assert [r["item"] for r in rows if r["status"] == "drift"] == [
@@ -394,9 +368,12 @@ def test_changed_file_limit_restarts_the_server(second_run, tmp_path: Path) -> N
     assert on_host("systemctl is-active vllm-chat.service").stdout.strip() == "active"
 
 
-def test_down_stops_the_host(second_run, fleet_file: Path) -> None:
-    fleet = Path(sys.executable).parent / "fleet"
-    result = run([str(fleet), "sandbox", "down", str(fleet_file)], fleet_file)
+@pytest.mark.ends_vllm_host
+def test_down_stops_the_host(vllm_host, fleet_file: Path) -> None:
+    """Last of all the shared host's users (tests/e2e/conftest.py moves it there)."""
+    serving = on_host("systemctl list-units --state=active --plain --no-legend 'vllm-*.service'")
+    assert serving.stdout.strip(), "the host to stop should be serving vLLM"
+    result = fleet_cli(fleet_file, "sandbox", "down", str(fleet_file))
     assert result.returncode == 0, result.stderr
     assert sandbox.status([HOST])[0].state == "absent"
     assert sandbox.connection(HOST) is None

@@ -1,7 +1,8 @@
 """Model artifacts on a real sandbox host: the previous model keeps serving through every fault.
 
-One sandbox host (``art-1``) runs two real CPU vLLM servers, ``alpha`` (model tiny-a) and
-``beta`` (model tiny-b), deployed once for the whole module; a loopback HTTP server in this
+The session's shared vLLM host (tests/e2e/conftest.py) runs two real CPU vLLM servers, ``alpha``
+(model tiny-a) and ``beta`` (model tiny-b), deployed once for the whole module (retiring the
+servers of a module before, whose models are pruned); a loopback HTTP server in this
 process (:mod:`faultserver`) serves the archives and misbehaves on demand. Each fault is a
 real deploy of a changed fleet file for tiny-b: a wrong checksum, a truncated transfer, a
 malicious archive and a full disk during unpacking all fail the deploy with a message saying
@@ -17,30 +18,28 @@ from __future__ import annotations
 import hashlib
 import io
 import json
-import os
 import re
 import shlex
 import subprocess
-import sys
 import tarfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from facts.models import ModelCheck
 from fleet.paths import program_command, remote_program
-from sandbox import hosts as sandbox
+from tests.support import e2e
+from tests.support.e2e import ALPHA_PORT, BETA_PORT, changed_rows, deploy, on_host, output
 from tests.support.faultserver import FaultServer
 
 pytestmark = pytest.mark.e2e
 
-ROOT = Path(__file__).resolve().parents[2]
-HOST = "art-1"
-ALPHA_PORT, BETA_PORT = 18200, 18201
+HOST = e2e.VLLM_HOST
 MODEL_PORT = 18766
 MODELS = "/var/lib/vllm-fleet/models"
-ARCHIVE = ROOT / "testmodel" / "tiny-llama.tar.gz"
-V1_SHA = (ROOT / "testmodel" / "tiny-llama.tar.gz.sha256").read_text().split()[0]
+ARCHIVE = e2e.TESTMODEL / "tiny-llama.tar.gz"
+V1_SHA = e2e.TESTMODEL_SHA
 
 FLEET = """\
 version: 1
@@ -86,28 +85,14 @@ def repack(source: Path, target: Path, extra: dict[str, bytes]) -> str:
     return hashlib.sha256(target.read_bytes()).hexdigest()
 
 
-def run(argv: list[str], fleet: Path, timeout: float = 900) -> subprocess.CompletedProcess:
-    """A command from the repository root, with FLEET set."""
-    env = dict(os.environ, FLEET=str(fleet))
-    return subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True,
-                          timeout=timeout, check=False)
-
-
-def deploy(fleet: Path) -> subprocess.CompletedProcess:
-    """``pyinfra -y inventory.py deploy.py`` on a fleet file."""
-    return run([str(Path(sys.executable).parent / "pyinfra"), "-y", "inventory.py",
-                "deploy.py"], fleet)
-
-
 def fleet_cli(fleet: Path, *args: str) -> subprocess.CompletedProcess:
-    """``fleet ARGS`` with the module's fleet file."""
-    return run([str(Path(sys.executable).parent / "fleet"), *args, "--fleet", str(fleet)], fleet)
+    """``fleet ARGS --fleet FLEET`` with the module's fleet file."""
+    return e2e.fleet_cli(fleet, *args, "--fleet", str(fleet))
 
 
-def on_host(command: str) -> subprocess.CompletedProcess:
-    """A shell command on the sandbox host."""
-    return subprocess.run(sandbox.ssh_argv(HOST, command), capture_output=True, text=True,
-                          timeout=300, check=False)
+def drift(fleet: Path) -> subprocess.CompletedProcess:
+    """``fleet drift FLEET --json``."""
+    return e2e.fleet_cli(fleet, "drift", str(fleet), "--json")
 
 
 def link(model: str) -> str:
@@ -141,11 +126,6 @@ def staging_unpacked() -> list[str]:
     return [name for name in listing if name.endswith((".d", ".hf"))]
 
 
-def output(result: subprocess.CompletedProcess) -> str:
-    """stdout and stderr together."""
-    return result.stdout + result.stderr
-
-
 @pytest.fixture(scope="module")
 def www(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Archives: the test model, two valid new versions, a malicious one, a disk filler."""
@@ -174,19 +154,12 @@ def server(www: Path) -> Iterator[FaultServer]:
 
 
 @pytest.fixture(scope="module")
-def host_up(server: FaultServer) -> Iterator[sandbox.SandboxHost]:
-    sandbox.down([HOST])
-    hosts = sandbox.up({HOST: [ALPHA_PORT, BETA_PORT]})
-    yield hosts[0]
-    sandbox.down([HOST])
-
-
-@pytest.fixture(scope="module")
-def converged(host_up, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Both servers deployed with version 1 of both models."""
+def converged(vllm_host, server: FaultServer, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Both servers deployed with version 1 of both models, alone on the shared host."""
     fleet = write_fleet(tmp_path_factory.mktemp("fleet") / "fleet.yaml")
     result = deploy(fleet)
     assert result.returncode == 0, output(result)[-6000:]
+    e2e.prune_other_models(fleet)
     return fleet
 
 
@@ -216,19 +189,6 @@ def test_live_links_point_at_verified_versions(converged) -> None:
         "fetch_model", "check", "--name", "tiny-b", "--models-dir", MODELS, "--deep", "--json",
     ))).stdout)
     assert report["ok"] and report["id"] == V1_SHA
-
-
-def changed_rows(text: str) -> list[str]:
-    r"""Rows of pyinfra's results table whose operation changed something.
-
-    Example:
-        >>> changed_rows("    Models | Install model tiny-b   1   1   -   -\n"
-        ...              "    Models | Install model tiny-a   1   -   -   1")
-        ['Models | Install model tiny-b   1   1   -   -']
-    """
-    rows = re.findall(r"^\s*(.+?\s+\d+\s+(\d+|-)\s+(?:\d+|-)\s+(?:\d+|-))\s*$", text,
-                      re.MULTILINE)
-    return [row.strip() for row, changed in rows if changed != "-"]
 
 
 def test_rerun_changes_nothing(converged) -> None:
@@ -364,8 +324,6 @@ def test_deep_check_reports_same_size_same_mtime_corruption(resumed) -> None:
 
 def test_drift_fact_is_the_installers_check(resumed) -> None:
     """What `fleet drift --deep` can call: facts.models.ModelCheck, parsed from the host."""
-    from facts.models import ModelCheck
-
     fact = ModelCheck()
     command = fact.command(remote_program("fetch_model"), "tiny-b", MODELS, True)
     report = fact.process(on_host(command.get_raw_value()).stdout.splitlines())
@@ -417,9 +375,9 @@ def test_taking_a_server_and_its_model_out_of_the_fleet(converged, tmp_path: Pat
     deploy) until `fleet models prune --yes`; drift names both leftovers on the way."""
     fleet = alpha_only(tmp_path / "alpha-only.yaml")
     alpha_started = started("vllm-alpha.service")
-    drift = run([str(Path(sys.executable).parent / "fleet"), "drift", str(fleet), "--json"], fleet)
-    rows = [r for r in json.loads(drift.stdout)["rows"] if r["status"] == "drift"]
-    assert {"unit vllm-beta.service", "model tiny-b"} <= {r["item"] for r in rows}, drift.stdout
+    report = drift(fleet)
+    rows = [r for r in json.loads(report.stdout)["rows"] if r["status"] == "drift"]
+    assert {"unit vllm-beta.service", "model tiny-b"} <= {r["item"] for r in rows}, report.stdout
 
     result = deploy(fleet)
     assert result.returncode == 0, output(result)[-4000:]
@@ -446,7 +404,7 @@ def test_taking_a_server_and_its_model_out_of_the_fleet(converged, tmp_path: Pat
 
     again = fleet_cli(fleet, "models", "prune")
     assert "nothing to prune" in again.stdout
-    clean = run([str(Path(sys.executable).parent / "fleet"), "drift", str(fleet), "--json"], fleet)
+    clean = drift(fleet)
     leftovers = [r["item"] for r in json.loads(clean.stdout)["rows"]
                  if r["item"] in ("unit vllm-beta.service", "model tiny-b")]
     assert leftovers == []

@@ -1,0 +1,76 @@
+"""Fixtures of the end-to-end tests: one sandbox host with vLLM for the whole session.
+
+Installing vLLM on a fresh host costs ~90 s of pip and a server ~30 s to come up, so the
+modules that serve vLLM (test_lifecycle, test_models_e2e, test_bench_e2e) share one host,
+:data:`tests.support.e2e.VLLM_HOST`, booted fresh once per session. The first module to deploy
+installs vLLM there; each module's own fixture deploys its own fleet file onto the host, which
+retires the servers of the module before (and :func:`tests.support.e2e.prune_other_models`
+removes their models where a module asks drift for a clean host). Any module still passes
+alone, on the fresh host of its own session.
+
+A test marked ``ends_vllm_host`` stops the shared host: it runs after every other test that
+uses the host, wherever pytest collected it.
+
+test_drift_e2e does not share: its host has a stand-in GPU board and no vLLM servers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from sandbox import hosts as sandbox
+from sandbox import modelserver
+from tests.support.e2e import TESTMODEL, TESTMODEL_PORT, VLLM_HOST, VLLM_HOST_PORTS
+
+END_MARK = "ends_vllm_host"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", f"{END_MARK}: stops the shared vLLM host; runs after all its other users"
+    )
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Move the tests that stop the shared host to just after its last other user."""
+    enders = [item for item in items if item.get_closest_marker(END_MARK)]
+    if not enders:
+        return
+    rest = [item for item in items if not item.get_closest_marker(END_MARK)]
+    users = [i for i, item in enumerate(rest) if "vllm_host" in getattr(item, "fixturenames", ())]
+    at = users[-1] + 1 if users else len(rest)
+    items[:] = [*rest[:at], *enders, *rest[at:]]
+
+
+@pytest.fixture(scope="session")
+def vllm_session_host() -> Iterator[sandbox.SandboxHost]:
+    """The shared host, booted fresh (whatever an earlier session left is thrown away)."""
+    sandbox.down([VLLM_HOST])
+    try:
+        (host,) = sandbox.up({VLLM_HOST: VLLM_HOST_PORTS})
+        yield host
+    finally:
+        sandbox.down([VLLM_HOST])
+
+
+@pytest.fixture(scope="module")
+def vllm_host(vllm_session_host: sandbox.SandboxHost) -> sandbox.SandboxHost:
+    """The shared host, running (started again, fresh, if a test stopped it).
+
+    Example:
+        def test_x(vllm_host): assert vllm_host.state == "running"
+    """
+    (host,) = sandbox.up({VLLM_HOST: VLLM_HOST_PORTS})
+    return host
+
+
+@pytest.fixture(scope="session")
+def testmodel_server() -> Iterator[str]:
+    """The committed tiny model served on loopback for the session; its base URL."""
+    modelserver.start(TESTMODEL, port=TESTMODEL_PORT)
+    try:
+        yield f"http://127.0.0.1:{TESTMODEL_PORT}"
+    finally:
+        modelserver.stop(port=TESTMODEL_PORT)
