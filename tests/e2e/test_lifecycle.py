@@ -148,6 +148,22 @@ def test_api_key_stays_out_of_deploy_output(converge, second_run) -> None:
         assert envfile.quote(API_KEY) not in output
 
 
+def test_api_key_stays_out_of_verbose_deploy_output(second_run, fleet_file: Path) -> None:
+    """pyinfra's -vv prints every command and its output: the key is in none of them."""
+    verbose = e2e.run([str(e2e.BIN / "pyinfra"), "-y", "-vv", "inventory.py", "deploy.py"],
+                      fleet_file, ENV)  # fmt: skip
+    assert verbose.returncode == 0, (verbose.stdout + verbose.stderr)[-4000:]
+    assert "vllm-chat.service" in verbose.stdout + verbose.stderr
+    for secret in (API_KEY, envfile.quote(API_KEY), "7f3a9c1d"):
+        assert secret not in verbose.stdout + verbose.stderr
+
+
+def test_api_key_stays_out_of_the_journal(second_run) -> None:
+    journal = on_host("journalctl --no-pager -o cat")
+    assert journal.returncode == 0 and "vllm" in journal.stdout
+    assert "7f3a9c1d" not in journal.stdout
+
+
 def test_api_key_stays_out_of_the_unit(second_run) -> None:
     unit = on_host("cat /etc/systemd/system/vllm-chat.service")
     assert unit.returncode == 0 and "ExecStart=" in unit.stdout
@@ -265,6 +281,27 @@ def test_deploy_after_a_restored_failure_changes_nothing(second_run, fleet_file:
     output = result.stdout + result.stderr
     assert result.returncode == 0, output[-4000:]
     assert changes(output) == 0, output[-4000:]
+
+
+def test_a_restore_brings_back_the_last_working_environment(
+    second_run, fleet_file: Path, tmp_path: Path
+) -> None:
+    """A key rotated by an earlier deploy stays rotated when a later change fails to start."""
+    env_file = "/etc/vllm-fleet/chat.env"
+    rotated_env = {**ENV, "FLEET_E2E_API_KEY": API_KEY + " rotated"}
+    rotated = write_fleet(tmp_path / "rotated.yaml", ARCHIVE_SHA)
+    first = e2e.deploy(rotated, rotated_env)
+    assert first.returncode == 0, (first.stdout + first.stderr)[-4000:]
+    working = on_host(f"cat {env_file}").stdout
+    assert "rotated" in working
+    bad = write_fleet(tmp_path / "too-long.yaml", ARCHIVE_SHA)
+    bad.write_text(bad.read_text().replace("max-model-len: 512", "max-model-len: 4096"))
+    result = e2e.deploy(bad, rotated_env)
+    assert result.returncode != 0
+    assert "restored the previous configuration" in result.stdout + result.stderr
+    assert on_host(f"cat {env_file}").stdout == working
+    back = deploy(fleet_file)  # the module's own key again, for the tests after this one
+    assert back.returncode == 0, (back.stdout + back.stderr)[-4000:]
 
 
 def test_flag_rejected_by_the_installed_vllm_stops_before_the_unit(
