@@ -135,6 +135,11 @@ class Nvidia(Strict):
         "that a reboot is pending instead.",
     )
 
+    @field_validator("repository")
+    @classmethod
+    def _repository(cls, value: str) -> str:
+        return http_url(value, "the repository URL")
+
     @property
     def branch(self) -> int:
         """The driver branch as a number: ``"570.172.08"`` → 570."""
