@@ -27,12 +27,10 @@ from typing import Literal
 from fleet.paths import (
     ENV_DIR,
     MODELS_DIR,
-    REMOTE_DIR,
     SERVICE_USER,
     SYSCTL_DROPIN,
     UNIT_DIR,
     VENV_DIR,
-    remote_program,
 )
 
 #: Names whose suffix needs ``zstd`` on the host to unpack.
@@ -245,7 +243,6 @@ class StackPlan:
 
     + gpus: the declared GPUs
     + serves: whether the host has servers (the vLLM rows of drift apply)
-    + min_driver: the lowest driver branch the host's vLLM build runs on (None: cpu build)
     + nvidia, cuda, governor: None where the fleet file declares none
     + nofile: the vLLM units' open-file limit (always written)
 
@@ -260,7 +257,6 @@ class StackPlan:
 
     gpus: DeclaredGpus
     serves: bool
-    min_driver: int | None
     nofile: NofileLimit
     nvidia: NvidiaStack | None = None
     cuda: CudaStack | None = None
@@ -283,7 +279,7 @@ class HostPlan:
     + sysctl, sysctl_text: kernel parameters and their drop-in's text ("" when none)
     + models, servers: what the host installs and runs, in plan order
     + stack: the driver, CUDA, governor and open-file limit
-    + venv, user, sysctl_path, models_dir, remote_dir, wait_script, env_dir, unit_dir: where
+    + venv, user, sysctl_path, models_dir, env_dir, unit_dir: where
       things live (from :mod:`fleet.paths`)
 
     ``sysctl`` is a dict: treat it as read-only, like the rest of the plan.
@@ -309,8 +305,6 @@ class HostPlan:
     user: str = SERVICE_USER
     sysctl_path: str = SYSCTL_DROPIN
     models_dir: str = MODELS_DIR
-    remote_dir: str = REMOTE_DIR
-    wait_script: str = remote_program("wait_healthy")
     env_dir: str = ENV_DIR
     unit_dir: str = UNIT_DIR
 

@@ -247,5 +247,4 @@ def host_plan(
         models=tuple(model_plan(name, fleet.models[name], secrets) for name in models),
         servers=tuple(server_unit(fleet, host_name, name, secrets) for name in host.servers),
         stack=stack_plan(host),
-        wait_script=WAIT_SCRIPT,
     )

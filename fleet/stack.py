@@ -41,7 +41,7 @@ from fleet.paths import (
     UNIT_DIR,
     cuda_home,
 )
-from fleet.spec import MIN_DRIVER_FOR_VARIANT, Host, Nvidia
+from fleet.spec import Host, Nvidia
 from fleet.templating import template
 
 
@@ -336,7 +336,6 @@ def stack_plan(host: Host) -> StackPlan:
     return StackPlan(
         gpus=DeclaredGpus(host.gpus.count, host.gpus.model),
         serves=bool(host.servers),
-        min_driver=MIN_DRIVER_FOR_VARIANT.get(host.vllm.variant),
         nofile=NofileLimit(
             value=host.os.nofile,
             path=NOFILE_DROPIN,
