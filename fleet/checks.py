@@ -395,7 +395,18 @@ def check_warnings(fleet: Fleet) -> Iterator[Finding]:
             worst = gpu_table.worst_link(links, gpus)
             if worst is None or gpu_table.is_nvlink(worst):
                 continue
-            kind = "tensor" if server.tp > 1 else "pipeline"
+            # What crosses the links: tensor parallel all-reduces every layer, expert parallel
+            # sends tokens all-to-all every MoE layer; pipeline stages pass only activations to
+            # the next stage, and data parallel ranks without EP share nothing per step.
+            expert = server.args.get("enable-expert-parallel") is True
+            if server.tp > 1:
+                kind, traffic = "tensor", "all-reduce in every layer"
+            elif expert:
+                kind, traffic = "expert", "all-to-all in every MoE layer"
+            elif server.pp > 1:
+                kind, traffic = "pipeline", None
+            else:
+                continue
             listed = ", ".join(str(index) for index in gpus)
             message = (
                 f"{kind} parallel over GPUs {listed} without NVLink: the slowest link is "
@@ -406,8 +417,10 @@ def check_warnings(fleet: Fleet) -> Iterator[Finding]:
                 better = ", ".join(str(index) for index in best[0])
                 link = gpu_table.describe(best[1])
                 hint = f"GPUs {better} have a faster link ({link}): use gpus: [{better}]"
+            elif traffic is None:
+                continue  # activations between stages: PCIe carries them well
             else:
-                hint = "no better set of GPUs on this host: expect all-reduce over PCIe"
+                hint = f"no better set of GPUs on this host: expect {traffic} over PCIe"
             yield (("hosts", name, "servers", server_name, "gpus"), message, hint)
 
 

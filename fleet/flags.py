@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from fleet.problems import suggest
-from fleet.spec import RESERVED_ARGS, ArgValue, Server
+from fleet.spec import RESERVED_ARGS, ArgValue, Server, arg_text
 
 FLAGS_DIR = Path(__file__).resolve().parent / "vllm_flags"
 Finding = tuple[tuple[str | int, ...], str, str | None]
@@ -445,6 +445,14 @@ def _value_problems(
 
 def _item_problem(flag: Flag, key: str, item: Any) -> tuple[str, str | None, bool] | None:
     """A problem with one value of a flag that takes values (see _value_problems), or None."""
+    if isinstance(item, dict):
+        if flag.type in ("json", "json_or_str"):
+            return None
+        return (
+            f"{key} takes {_type_words(flag.type)}, not a mapping",
+            "a mapping is for vLLM's JSON-valued flags (speculative-config, hf-overrides, …)",
+            True,
+        )
     text = _render(item)
     if flag.accepts_none and text in ("", "None"):
         return None
@@ -474,7 +482,7 @@ def _item_problem(flag: Flag, key: str, item: Any) -> tuple[str, str | None, boo
 
 def _render(item: Any) -> str:
     """A value as the unit's command line carries it (``fleet.render.vllm_args``)."""
-    return str(item)
+    return arg_text(item)
 
 
 def _show(value: Any) -> str:

@@ -146,6 +146,7 @@ def load_text(
         line, column = positions.keys.get((), (1, 1))
         message = "a fleet file is a mapping with version, hosts"
         raise FleetError([Problem(file, line, column, (), message)])
+    _env_as_written(raw, positions)
     merged, origin = merge_defaults(raw)
     try:
         fleet = Fleet.model_validate(merged)
@@ -187,6 +188,29 @@ def load_text(
     if warnings is not None:
         warnings.extend(_unique(located(check_warnings(fleet), "warning")))
     return fleet
+
+
+def _env_as_written(raw: dict[str, Any], positions: Positions) -> None:
+    """Servers' environment values written as YAML numbers or booleans, as the text written.
+
+    ``OMP_NUM_THREADS: 16`` means the text 16, and ``VLLM_X: 1.10`` the text 1.10 (not the
+    number's 1.1): an environment holds only text.
+
+    Example:
+        >>> raw, positions = read_yaml("hosts: {a: {servers: {s: {env: {N: 1.10}}}}}")
+        >>> _env_as_written(raw, positions)
+        >>> raw["hosts"]["a"]["servers"]["s"]["env"]
+        {'N': '1.10'}
+    """
+    hosts = raw.get("hosts")
+    for host_name, host in (hosts if isinstance(hosts, dict) else {}).items():
+        servers = host.get("servers") if isinstance(host, dict) else None
+        for name, server in (servers if isinstance(servers, dict) else {}).items():
+            env = server.get("env") if isinstance(server, dict) else None
+            for key, value in (env if isinstance(env, dict) else {}).items():
+                path = ("hosts", host_name, "servers", name, "env", key)
+                if isinstance(value, int | float) and path in positions.plain:
+                    env[key] = positions.plain[path]
 
 
 def _data_loc(loc: Loc, data: Any) -> Loc:

@@ -124,6 +124,8 @@ class ServerPlan(_Verdict):
     kv_cache_tokens: int | None = None
     max_model_len: int | None = None
     max_concurrency: float | None = None
+    #: The model's limit that vLLM's auto-fit (max-model-len auto) lowered max_model_len from.
+    auto_fit_from: int | None = None
     verdict: str = "unknown"
     reason: str = ""
     cannot_check: list[str] = field(default_factory=list)
@@ -285,7 +287,10 @@ def chunked_prefill(server: Server) -> bool:
 
 
 def max_model_len(server: Server, config: ModelConfig | None) -> int | None:
-    """--max-model-len, or the model's own limit (vLLM's default), or None."""
+    """--max-model-len, or the model's own limit (vLLM's default, and what ``auto`` and ``-1``
+    start from), or None."""
+    if server.max_model_len_auto:
+        return config.max_len_limit if config else None
     given = server.int_arg("max-model-len")
     if given is not None:
         return given
@@ -470,7 +475,8 @@ def _plan_server(fleet: Fleet, host_name: str, host: Host, name: str, server: Se
 
     plan.max_model_len = max_model_len(server, config)
     if plan.max_model_len is None:
-        missing.append("max-model-len: not given, and no config with max_position_embeddings")
+        given = "auto" if server.max_model_len_auto else "not given"
+        missing.append(f"max-model-len: {given}, and no config with max_position_embeddings")
 
     kv_bytes = kv_dtype_bytes(server)
     if config is None:
@@ -520,6 +526,13 @@ def _plan_server(fleet: Fleet, host_name: str, host: Host, name: str, server: Se
     if plan.kv_budget_bytes is not None and plan.kv_bytes_per_token:
         blocks = max(0, plan.kv_budget_bytes) // (plan.kv_bytes_per_token * block)
         plan.kv_cache_tokens = blocks * block
+        if server.max_model_len_auto and plan.max_model_len and blocks:
+            # vLLM's auto-fit (max-model-len auto or -1): the model's limit, lowered to the
+            # longest request the KV cache holds (v1/core/kv_cache_utils.py).
+            fitted = min(plan.max_model_len, blocks * block)
+            if fitted < plan.max_model_len:
+                plan.auto_fit_from = plan.max_model_len
+                plan.max_model_len = fitted
         if plan.max_model_len:
             # As vLLM counts it: whole blocks per request, then back to tokens.
             plan.max_concurrency = blocks / math.ceil(plan.max_model_len / block)
@@ -561,6 +574,11 @@ def _verdict(plan: ServerPlan) -> None:
         plan.reason = (
             f"the KV cache holds {plan.kv_cache_tokens:,} tokens: "
             f"{plan.max_concurrency:.1f} sequences of {plan.max_model_len:,}"
+        )
+    if plan.auto_fit_from is not None:
+        plan.reason += (
+            f" (max-model-len auto: vLLM lowers it from the model's {plan.auto_fit_from:,} "
+            "to what fits)"
         )
 
 

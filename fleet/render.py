@@ -37,7 +37,7 @@ from fleet.paths import (
 )
 from fleet.quoting import sysctl_line, systemd_quote
 from fleet.secrets import read_secret
-from fleet.spec import Fleet, Host, SecretRef, Server, Variant
+from fleet.spec import Fleet, Host, SecretRef, Server, Variant, arg_text
 from fleet.stack import stack_plan
 from fleet.templating import template
 from hostside import envfile
@@ -58,6 +58,8 @@ def vllm_args(server: Server) -> list[str]:
         >>> from fleet.spec import Server
         >>> vllm_args(Server(model="m", port=1, args={"max-model-len": 512, "enforce-eager": True}))
         ['--max-model-len', '512', '--enforce-eager']
+        >>> vllm_args(Server(model="m", port=1, args={"hf-overrides": {"rope_theta": 1000000}}))
+        ['--hf-overrides', '{"rope_theta":1000000}']
     """
     words: list[str] = []
     for key, value in server.args.items():
@@ -65,9 +67,9 @@ def vllm_args(server: Server) -> list[str]:
             words.append(f"--{key}")
         elif isinstance(value, list):
             words.append(f"--{key}")
-            words.extend(str(item) for item in value)
+            words.extend(arg_text(item) for item in value)
         else:
-            words.extend([f"--{key}", str(value)])
+            words.extend([f"--{key}", arg_text(value)])
     return words
 
 
@@ -152,7 +154,7 @@ def render_unit(fleet: Fleet, host_name: str, name: str) -> str:
         "--model",
         model_path(server.model),
         "--served-model-name",
-        server.served_model_name or server.model,
+        *server.served_names,
         "--host",
         server.host,
         "--port",
@@ -162,7 +164,7 @@ def render_unit(fleet: Fleet, host_name: str, name: str) -> str:
     return template("vllm-server.service.j2").render(
         host_name=host_name,
         server_name=name,
-        served_name=server.served_model_name or server.model,
+        served_name=server.served_name,
         bind=server.host,
         port=server.port,
         after=[unit_name(other) for other in start_order(host)[name]],
@@ -213,7 +215,7 @@ def server_unit(fleet: Fleet, host_name: str, name: str,
         env_path=env_path(name),
         env_text=render_env(server_env(host, name, server, secrets), name),
         model=server.model,
-        served_name=server.served_model_name or server.model,
+        served_name=server.served_name,
         host=server.host,
         port=server.port,
         has_api_key=server.api_key is not None,

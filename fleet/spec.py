@@ -15,6 +15,7 @@ Example:
 
 from __future__ import annotations
 
+import json
 import re
 from enum import Enum
 from typing import Annotated, Any, Literal
@@ -22,9 +23,11 @@ from typing import Annotated, Any, Literal
 from pydantic import (
     AfterValidator,
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Discriminator,
     Field,
+    JsonValue,
     PrivateAttr,
     StrictInt,
     Tag,
@@ -47,6 +50,7 @@ from fleet.fields import (
     WheelRef,
     http_url,
     option_word,
+    refuse_control,
 )
 
 SHA256_RE = re.compile(r"[0-9a-f]{64}")
@@ -54,17 +58,70 @@ SHA256_RE = re.compile(r"[0-9a-f]{64}")
 EMPTY_SHA256 = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
 NAME_PATTERN = r"^[a-z0-9][a-z0-9._-]{0,62}$"
 Name = Annotated[str, Field(pattern=NAME_PATTERN)]
-ArgValue = bool | int | float | str | list[int | float | str]
+#: A flag's value: a switch (true), a number, a word, a list of words (nargs), or a mapping for a
+#: JSON-valued flag (speculative-config, hf-overrides, …), rendered as one compact JSON word.
+ArgValue = bool | int | float | str | list[int | float | str] | dict[str, JsonValue]
+#: The most characters a flag value written as a mapping may take as JSON.
+MAX_JSON_CHARS = 16384
+
+
+def arg_text(value: int | float | str | dict[str, Any]) -> str:
+    """One flag value as its command-line word: a mapping as compact JSON, else its text.
+
+    Example:
+        >>> arg_text({"method": "eagle3", "num_speculative_tokens": 3})
+        '{"method":"eagle3","num_speculative_tokens":3}'
+        >>> arg_text(0.9), arg_text("auto")
+        ('0.9', 'auto')
+    """
+    if isinstance(value, dict):
+        return json.dumps(value, separators=(",", ":"), ensure_ascii=True, allow_nan=False)
+    return str(value)
+
+
+def _json_strings(value: Any, key: str) -> None:
+    """Refuse control characters in the keys and strings of a flag's JSON mapping."""
+    if isinstance(value, dict):
+        for name, item in value.items():
+            refuse_control(name, f"{key}: a key")
+            _json_strings(item, key)
+    elif isinstance(value, list):
+        for item in value:
+            _json_strings(item, key)
+    elif isinstance(value, str):
+        refuse_control(value, f"{key}: a value")
 
 #: Tags of the keys that take one of two forms (text or mapping); :mod:`fleet.load` leaves them
 #: out of the paths it reports.
-TEXT_FORM, MAPPING_FORM = "text-form", "mapping-form"
-UNION_TAGS = {TEXT_FORM, MAPPING_FORM}
+TEXT_FORM, MAPPING_FORM, LIST_FORM = "text-form", "mapping-form", "list-form"
+UNION_TAGS = {TEXT_FORM, MAPPING_FORM, LIST_FORM}
 
 
 def _form(value: Any) -> str:
     """Which member of a text-or-mapping key a value is for (so errors name only that one)."""
     return MAPPING_FORM if isinstance(value, dict | BaseModel) else TEXT_FORM
+
+
+def _list_form(value: Any) -> str:
+    """Which member of a text-or-list key a value is for."""
+    return LIST_FORM if isinstance(value, list) else TEXT_FORM
+
+
+def _env_text(value: Any) -> Any:
+    """An environment value written as a YAML number or boolean, as text (``16`` → ``"16"``).
+
+    :func:`fleet.load.load_text` passes the text as written (``1.10`` stays ``"1.10"``); this
+    covers data given directly.
+
+    Example:
+        >>> _env_text(16), _env_text(True), _env_text("x")
+        ('16', 'true', 'x')
+    """
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return str(value)
+    return value
 
 
 
@@ -654,22 +711,38 @@ class Server(Strict):
     )
     port: int = Field(ge=1, le=65535, description="TCP port of the OpenAI-compatible API.")
     host: str = Field("127.0.0.1", description="Address to bind; 0.0.0.0 to serve the network.")
-    served_model_name: OptionWord | None = Field(
-        None, description="Name clients ask for; defaults to the model key."
+    served_model_name: (
+        Annotated[
+            Annotated[OptionWord, Tag(TEXT_FORM)]
+            | Annotated[list[OptionWord], Field(max_length=32), Tag(LIST_FORM)],
+            Discriminator(_list_form),
+        ]
+        | None
+    ) = Field(
+        None,
+        description="Name clients ask for, or a list of names (aliases: clients may use any; "
+        "the first is the one readiness checks ask for); defaults to the model key.",
     )
     args: dict[str, ArgValue] = Field(
         default_factory=dict,
-        description="vLLM flags by long name without dashes; true means a bare flag.",
+        description="vLLM flags by long name without dashes; true means a bare flag; a mapping is "
+        "the value of a JSON-valued flag (speculative-config, hf-overrides, …).",
     )
     env: dict[
         EnvName,
         Annotated[
-            Annotated[OneLine, Tag(TEXT_FORM)] | Annotated[SecretRef, Tag(MAPPING_FORM)],
+            Annotated[
+                OneLine,
+                BeforeValidator(_env_text, json_schema_input_type=str | int | float | bool),
+                Tag(TEXT_FORM),
+            ]
+            | Annotated[SecretRef, Tag(MAPPING_FORM)],
             Discriminator(_form),
         ],
     ] = Field(
         default_factory=dict,
-        description="Extra environment variables; a secret (a token) by reference: "
+        description="Extra environment variables (a number or true/false is passed as the "
+        "text written); a secret (a token) by reference: "
         "{env: NAME} or {file: PATH}, written only to the server's 0600 environment file.",
     )
     api_key: SecretRef | None = Field(None, description="API key for /v1/*, from a secret.")
@@ -701,6 +774,16 @@ class Server(Strict):
             if arg is False:
                 raise ValueError(f"{key}: false — leave the flag out for vLLM's default; to "
                                  f"turn it off, write {_off_flags(key)}: true")
+            if isinstance(arg, dict):
+                _json_strings(arg, key)
+                try:
+                    text = arg_text(arg)
+                except ValueError:
+                    raise ValueError(f"{key}: JSON has no NaN or infinity; give a number") from None
+                if len(text) > MAX_JSON_CHARS:
+                    raise ValueError(f"{key}: the mapping is longer than {MAX_JSON_CHARS} "
+                                     "characters as JSON")
+                continue
             for item in arg if isinstance(arg, list) else [arg]:
                 if isinstance(item, str):
                     option_word(item, f"{key}: a flag value")
@@ -717,6 +800,18 @@ class Server(Strict):
             raise ValueError("gpu-memory-utilization must be a fraction in (0, 1]")
         return value
 
+    @field_validator("served_model_name")
+    @classmethod
+    def _served_names(cls, value: str | list[str] | None) -> str | list[str] | None:
+        if value == []:
+            raise ValueError("give at least one name, or leave served_model_name out (the "
+                             "model key is the name then)")
+        if isinstance(value, list):
+            repeated = next((name for i, name in enumerate(value) if name in value[:i]), None)
+            if repeated is not None:
+                raise ValueError(f"{repeated!r} is listed twice; keep one")
+        return value
+
     @field_validator("env")
     @classmethod
     def _env(cls, value: dict[str, str]) -> dict[str, str]:
@@ -730,6 +825,39 @@ class Server(Strict):
                     "0600 environment file"
                 )
         return value
+
+    @property
+    def served_names(self) -> list[str]:
+        """Every name clients may ask for: served_model_name (one or a list), or the model key.
+
+        Example:
+            >>> Server(model="m", port=1, served_model_name=["qwen3", "chat"]).served_names
+            ['qwen3', 'chat']
+        """
+        if self.served_model_name is None:
+            return [self.model]
+        if isinstance(self.served_model_name, list):
+            return list(self.served_model_name)
+        return [self.served_model_name]
+
+    @property
+    def served_name(self) -> str:
+        """The first served name: the one readiness checks, verify and bench ask for."""
+        return self.served_names[0]
+
+    @property
+    def max_model_len_auto(self) -> bool:
+        """max-model-len given as ``auto`` or ``-1``: vLLM takes the model's own limit, lowered
+        to what fits in the KV cache (its auto-fit).
+
+        Example:
+            >>> Server(model="m", port=1, args={"max-model-len": "auto"}).max_model_len_auto
+            True
+        """
+        value = self.args.get("max-model-len")
+        if isinstance(value, str):
+            return value.strip().lower() in ("auto", "-1")
+        return value == -1 and not isinstance(value, bool)
 
     @property
     def gpu_memory_utilization(self) -> float:

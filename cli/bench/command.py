@@ -218,7 +218,7 @@ def resolve_target(args: argparse.Namespace) -> Iterator[Resolved]:
     bind = server.host if server.host not in ("0.0.0.0", "::", "") else "127.0.0.1"
     resolved = Resolved(
         base_url="",
-        model=server.served_model_name or server.model,
+        model=server.served_name,
         api_key=key,
         name=f"{host_name}/{server_name}",
     )

@@ -16,6 +16,7 @@ it, and must hold exactly the values given — no extra line, option or directiv
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 from typing import Any
@@ -56,6 +57,12 @@ TEXT = st.text(
 ).filter(lambda s: not s.startswith(("-", "/")))
 #: vLLM 0.32 flags that take free text (no choices, no type check).
 FREE_TEXT_FLAGS = ["chat-template", "revision", "code-revision", "tokenizer-revision"]
+#: vLLM 0.32 flags that take JSON, written as YAML mappings of hostile text and numbers.
+JSON_FLAGS = ["override-generation-config", "hf-overrides", "mm-processor-kwargs"]
+JSON_MAPPING = st.dictionaries(
+    TEXT, st.one_of(TEXT, st.integers(-10**6, 10**6), st.booleans(),
+                    st.dictionaries(TEXT, TEXT, max_size=2)), max_size=3,
+)
 SECRET = 'pl4nted "k3y" \\ $HOME %n'
 ENV_NAMES = st.from_regex(r"[A-Z][A-Z0-9_]{0,8}", fullmatch=True).filter(
     lambda n: n not in {"HOME", "TMPDIR", "HF_HOME"} and "TOKEN" not in n and "KEY" not in n
@@ -78,14 +85,19 @@ ADDRESS = st.one_of(
 def servers(draw: Any, ports: Any) -> dict[str, Any]:
     server: dict[str, Any] = {"model": "m", "port": draw(ports)}
     if draw(st.booleans()):
-        server["served_model_name"] = draw(TEXT)
+        server["served_model_name"] = draw(
+            st.one_of(TEXT, st.lists(TEXT, min_size=1, max_size=3, unique=True))
+        )
     args: dict[str, Any] = {"max-model-len": draw(st.integers(64, 4096))}
     for flag in draw(st.lists(st.sampled_from(FREE_TEXT_FLAGS), unique=True, max_size=3)):
         args[flag] = draw(TEXT)
+    for flag in draw(st.lists(st.sampled_from(JSON_FLAGS), unique=True, max_size=2)):
+        args[flag] = draw(JSON_MAPPING)
     if draw(st.booleans()):
         args["enforce-eager"] = True
     server["args"] = args
-    server["env"] = draw(st.dictionaries(ENV_NAMES, TEXT, max_size=3))
+    server["env"] = draw(st.dictionaries(ENV_NAMES, st.one_of(TEXT, st.integers(0, 10**6)),
+                                         max_size=3))
     if draw(st.booleans()):
         server["api_key"] = {"env": "FLEET_ROUNDTRIP_KEY"}
     return server
@@ -129,14 +141,25 @@ BASELINE_KEYS = directive_keys(
 )  # fmt: skip
 
 
-def expected_argv(host: dict[str, Any], server: dict[str, Any]) -> list[str]:
+def expected_argv(host: dict[str, Any], server: dict[str, Any]) -> list[Any]:
+    """The argv a server describes; a mapping stands for one word that is its JSON."""
+    names = server.get("served_model_name", server["model"])
     words = ["/opt/vllm-fleet/venv/bin/python", "-m", server_module(host["vllm"]["version"]),
              "--model", model_path(server["model"]),
-             "--served-model-name", server.get("served_model_name", server["model"]),
+             "--served-model-name", *(names if isinstance(names, list) else [names]),
              "--host", "127.0.0.1", "--port", str(server["port"])]  # fmt: skip
     for key, value in server["args"].items():
-        words += [f"--{key}"] if value is True else [f"--{key}", str(value)]
+        words += [f"--{key}"] if value is True else [
+            f"--{key}", value if isinstance(value, dict) else str(value)]
     return words
+
+
+def same_argv(got: list[str], want: list[Any]) -> bool:
+    """Word for word equal; where ``want`` holds a mapping, the word is JSON that reads as it."""
+    return len(got) == len(want) and all(
+        json.loads(word) == expected if isinstance(expected, dict) else word == expected
+        for word, expected in zip(got, want, strict=True)
+    )
 
 
 @settings(PROFILE)
@@ -151,13 +174,14 @@ def test_accepted_fleets_render_back_exactly(data: dict[str, Any]) -> None:
     for host_name, host in data["hosts"].items():
         plan = host_plan(fleet, host_name, secrets=lambda ref: SECRET)
         for unit, (name, server) in zip(plan.servers, host["servers"].items(), strict=True):
-            assert split_exec_start(exec_start(unit.unit_text)) == expected_argv(host, server)
+            argv = split_exec_start(exec_start(unit.unit_text))
+            assert same_argv(argv, expected_argv(host, server)), argv
             assert directive_keys(unit.unit_text) == BASELINE_KEYS
             want = server_env(fleet.hosts[host_name], name, fleet.hosts[host_name].servers[name],
                               lambda ref: SECRET)  # fmt: skip
             assert envfile.loads(unit.env_text or "") == want
             for key, value in server["env"].items():
-                assert want[key] == value
+                assert want[key] == str(value)
             assert SECRET not in unit.unit_text
         body = [line for line in plan.sysctl_text.splitlines() if line and line[0] != "#"]
         assert body == [f"{key} = {value}" for key, value in host["os"]["sysctl"].items()]
