@@ -34,8 +34,9 @@ _HOST_LABEL = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?")
 _USER = re.compile(r"[a-z_][a-z0-9_-]{0,31}")
 _PATH = re.compile(r"(?:/|~/)[A-Za-z0-9._/+@-]*")
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
-_SYSCTL_KEY = re.compile(r"[a-z0-9_]+(?:\.[A-Za-z0-9_*-]+)+")
-_SYSCTL_VALUE = re.compile(r"[A-Za-z0-9 ._:,+-]{1,256}")
+#: sysctl.d keys and the values written here (also :func:`fleet.quoting.sysctl_line`'s wall).
+SYSCTL_KEY = re.compile(r"[a-z0-9_]+(?:\.[A-Za-z0-9_*-]+)+")
+SYSCTL_VALUE = re.compile(r"[A-Za-z0-9 ._:,+-]{1,256}")
 _URL = re.compile(r"(https?)://([A-Za-z0-9.-]+|\[[0-9A-Fa-f:.]+\])(:[0-9]{1,5})?(/[!-~]*)?")
 _HF_REPO = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,95}/[A-Za-z0-9][A-Za-z0-9._-]{0,95}")
 _NEGATIVE_NUMBER = re.compile(r"-[0-9]+(\.[0-9]+)?")
@@ -136,14 +137,14 @@ def _secret_variable(value: str) -> str:
 
 
 def _sysctl_key(value: str) -> str:
-    if not _SYSCTL_KEY.fullmatch(value):
+    if not SYSCTL_KEY.fullmatch(value):
         raise ValueError(f"{value!r} is not a sysctl key (like vm.swappiness)")
     return value
 
 
 def _sysctl_value(value: str) -> str:
     refuse_control(value, "a sysctl value")
-    if not _SYSCTL_VALUE.fullmatch(value):
+    if not SYSCTL_VALUE.fullmatch(value):
         raise ValueError(
             f"{value!r}: a sysctl value here is a number, or words of letters, digits and "
             "space . _ : , + - (e.g. \"4096 87380 6291456\")"

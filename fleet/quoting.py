@@ -16,11 +16,9 @@ from __future__ import annotations
 
 import re
 
-from fleet.fields import refuse_control
+from fleet.fields import SYSCTL_KEY, SYSCTL_VALUE, refuse_control
 
 _SAFE = re.compile(r"[A-Za-z0-9_./:=,+@-]+")
-_SYSCTL_KEY = re.compile(r"[a-z0-9_]+(?:\.[A-Za-z0-9_*-]+)+")
-_SYSCTL_VALUE = re.compile(r"[A-Za-z0-9 ._:,+-]+")
 _SSH_VALUE = re.compile(r"[A-Za-z0-9_./:@~+-]+")
 
 
@@ -56,9 +54,9 @@ def sysctl_line(key: str, value: int | str) -> str:
         ValueError: sysctl value '|/tmp/x' of kernel.core_pattern: sysctl.d takes numbers or words of letters, digits and space . _ : , + - here
     """  # noqa: E501
     text = str(value)
-    if not _SYSCTL_KEY.fullmatch(key):
+    if not SYSCTL_KEY.fullmatch(key):
         raise ValueError(f"{key!r} is not a sysctl key")
-    if not _SYSCTL_VALUE.fullmatch(text):
+    if not SYSCTL_VALUE.fullmatch(text):
         raise ValueError(
             f"sysctl value {text!r} of {key}: sysctl.d takes numbers or words of letters, digits "
             "and space . _ : , + - here"

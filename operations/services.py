@@ -15,6 +15,7 @@ from pyinfra.api import QuoteString, StringCommand, operation
 from pyinfra.facts.files import Sha256File
 
 from facts.host import FleetServerUnits
+from hostside.validate_args import exec_start
 
 
 @operation()
@@ -64,16 +65,12 @@ def server_restarted(unit: str, restore: dict[str, str], script: str):
 
 
 def _exec_start(unit_text: str) -> str:
-    """The ExecStart= value of a unit's text.
-
-    Example:
-        >>> _exec_start("[Service]\\nExecStart=/venv/bin/python -m m --port 1\\n")
-        '/venv/bin/python -m m --port 1'
-    """
-    for line in unit_text.splitlines():
-        if line.startswith("ExecStart="):
-            return line[len("ExecStart=") :]
-    raise ValueError("the unit has no ExecStart= line")
+    """The ExecStart= value of a unit's text (:func:`hostside.validate_args.exec_start`, the
+    reader the host-side check uses too), or ValueError when there is none."""
+    line = exec_start(unit_text)
+    if not line:
+        raise ValueError("the unit has no ExecStart= line")
+    return line
 
 
 @operation()
