@@ -21,7 +21,7 @@ from collections.abc import Iterator
 from fleet import gpus as gpu_table
 from fleet import releases
 from fleet.flags import flag_problems, flag_warnings
-from fleet.plan import chunked_prefill, plan_fleet
+from fleet.plan import chunked_prefill, plan_fleet, utilization
 from fleet.problems import Finding, suggest
 from fleet.spec import MIN_DRIVER_FOR_VARIANT, Fleet, Host, Server, Variant
 
@@ -152,7 +152,7 @@ def _check_host(fleet: Fleet, name: str, host: Host) -> Iterator[Finding]:
                 hint = "list as many GPUs as TP × PP, or set tensor-parallel-size"
             yield ((*sbase, "gpus"), f"{product} = {server.gpus_needed}, but {given}", hint)
         for index in set(server.gpus):
-            shares[index].append((server_name, server.gpu_memory_utilization))
+            shares[index].append((server_name, utilization(host, server)))
 
     for index, users in sorted(shares.items()):
         if len(users) < 2:

@@ -860,11 +860,6 @@ class Server(Strict):
         return value == -1 and not isinstance(value, bool)
 
     @property
-    def gpu_memory_utilization(self) -> float:
-        """The fraction of each GPU's total memory this server takes (vLLM's default 0.9)."""
-        return float(self.args.get("gpu-memory-utilization", 0.9))
-
-    @property
     def parallel_size(self) -> int:
         """tensor-parallel-size × pipeline-parallel-size."""
         return self.tp * self.pp

@@ -26,6 +26,7 @@ from rich.console import Console
 from cli import main as cli
 from cli.main import main
 from fleet.load import MAX_FILE_BYTES, FleetError, Problem, load_fleet, load_text
+from fleet.plan import utilization
 
 ROOT = Path(__file__).resolve().parents[3]
 DATA = ROOT / "tests" / "data"
@@ -161,7 +162,7 @@ def test_workstation_server_args_keep_their_values():
 
 def test_gpu0_sharers_sum_below_one():
     host = load_fleet(DATA / "valid" / "quad-4090d.yaml").hosts["quad-4090d"]
-    total = sum(s.gpu_memory_utilization for s in host.servers.values() if s.gpus == [0])
+    total = sum(utilization(host, s) for s in host.servers.values() if s.gpus == [0])
     assert total < 1
 
 
