@@ -259,14 +259,24 @@ def test_broken_fleet_file_stops_before_any_host(host_up, tmp_path: Path) -> Non
     assert "Connected" not in output
 
 
+#: The API key after a rotation: the failed-restart test rotates it first, so that the saved
+#: copy from before the rotation is the one a careless restore would bring back.
+ROTATED_ENV = {**ENV, "FLEET_E2E_API_KEY": API_KEY + " rotated"}
+
+
 def test_failed_restart_restores_the_previous_service(second_run, tmp_path: Path) -> None:
-    """A new configuration that cannot start must not leave the host without its server."""
+    """A new configuration that cannot start must not leave the host without its server, and
+    what comes back is the last working configuration: a key rotated by an earlier deploy stays
+    rotated (an older saved copy must not return)."""
     unit, env = "/etc/systemd/system/vllm-chat.service", "/etc/vllm-fleet/chat.env"
+    rotated = e2e.deploy(write_fleet(tmp_path / "rotated.yaml", ARCHIVE_SHA), ROTATED_ENV)
+    assert rotated.returncode == 0, (rotated.stdout + rotated.stderr)[-4000:]
     unit_before, env_before = on_host(f"cat {unit}").stdout, on_host(f"cat {env}").stdout
+    assert envfile.loads(env_before)["VLLM_API_KEY"] == ROTATED_ENV["FLEET_E2E_API_KEY"]
     bad = write_fleet(tmp_path / "too-long.yaml", ARCHIVE_SHA)
     # The model allows 2048 positions: vLLM refuses 4096 at startup, after the unit is written.
     bad.write_text(bad.read_text().replace("max-model-len: 512", "max-model-len: 4096"))
-    result = deploy(bad)
+    result = e2e.deploy(bad, ROTATED_ENV)
     output = result.stdout + result.stderr
     assert result.returncode != 0
     assert "failed to start with the new configuration" in output
@@ -276,30 +286,13 @@ def test_failed_restart_restores_the_previous_service(second_run, tmp_path: Path
     assert on_host("systemctl is-active vllm-chat.service").stdout.strip() == "active"
 
 
-def test_deploy_after_a_restored_failure_changes_nothing(second_run, fleet_file: Path) -> None:
-    result = deploy(fleet_file)
+def test_deploy_after_a_restored_failure_changes_nothing(
+    second_run, fleet_file: Path, tmp_path: Path
+) -> None:
+    result = e2e.deploy(write_fleet(tmp_path / "rotated.yaml", ARCHIVE_SHA), ROTATED_ENV)
     output = result.stdout + result.stderr
     assert result.returncode == 0, output[-4000:]
     assert changes(output) == 0, output[-4000:]
-
-
-def test_a_restore_brings_back_the_last_working_environment(
-    second_run, fleet_file: Path, tmp_path: Path
-) -> None:
-    """A key rotated by an earlier deploy stays rotated when a later change fails to start."""
-    env_file = "/etc/vllm-fleet/chat.env"
-    rotated_env = {**ENV, "FLEET_E2E_API_KEY": API_KEY + " rotated"}
-    rotated = write_fleet(tmp_path / "rotated.yaml", ARCHIVE_SHA)
-    first = e2e.deploy(rotated, rotated_env)
-    assert first.returncode == 0, (first.stdout + first.stderr)[-4000:]
-    working = on_host(f"cat {env_file}").stdout
-    assert "rotated" in working
-    bad = write_fleet(tmp_path / "too-long.yaml", ARCHIVE_SHA)
-    bad.write_text(bad.read_text().replace("max-model-len: 512", "max-model-len: 4096"))
-    result = e2e.deploy(bad, rotated_env)
-    assert result.returncode != 0
-    assert "restored the previous configuration" in result.stdout + result.stderr
-    assert on_host(f"cat {env_file}").stdout == working
     back = deploy(fleet_file)  # the module's own key again, for the tests after this one
     assert back.returncode == 0, (back.stdout + back.stderr)[-4000:]
 
