@@ -93,14 +93,20 @@ def previous_paths(server: str) -> tuple[str, str]:
 SERVERS = "servers"
 
 
-def state_dir(server: str) -> str:
-    """A server's ``StateDirectory=`` (relative to /var/lib), its HOME below /var/lib.
+def server_dir(server: str) -> str:
+    """A server's own folder, relative: the name its unit's ``StateDirectory=``,
+    ``CacheDirectory=`` and ``RuntimeDirectory=`` take (below /var/lib, /var/cache, /run).
 
     Example:
-        >>> state_dir("models")
+        >>> server_dir("models")
         'vllm-fleet/servers/models'
     """
     return f"vllm-fleet/{SERVERS}/{server}"
+
+
+def state_dir(server: str) -> str:
+    """A server's ``StateDirectory=`` (relative to /var/lib)."""
+    return server_dir(server)
 
 
 def state_home(server: str) -> str:
@@ -114,17 +120,17 @@ def state_home(server: str) -> str:
 
 
 def cache_dir(server: str) -> str:
-    """A server's ``CacheDirectory=`` below /var/cache (TMPDIR, vLLM's and torch's caches)."""
-    return f"/var/cache/vllm-fleet/{SERVERS}/{server}"
+    """A server's cache folder, absolute (TMPDIR, vLLM's and torch's caches live below it)."""
+    return f"/var/cache/{server_dir(server)}"
 
 
 def runtime_dir(server: str) -> str:
     """A server's ``RuntimeDirectory=`` (relative to /run)."""
-    return f"vllm-fleet/{SERVERS}/{server}"
+    return server_dir(server)
 
 
 def runtime_path(server: str) -> str:
-    """A server's runtime directory, absolute: ``/run/vllm-fleet-tiny``."""
+    """A server's runtime directory, absolute: ``/run/vllm-fleet/servers/tiny``."""
     return f"/run/{runtime_dir(server)}"
 
 
