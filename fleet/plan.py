@@ -36,12 +36,12 @@ Example:
 from __future__ import annotations
 
 import math
-import re
 from collections import defaultdict
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from fleet.gpus import DRIVER_RESERVED_GIB
+from fleet.releases import release
 from fleet.spec import DTYPE_BYTES, Fleet, Host, ModelConfig, Server, Variant
 from fleet.vllm_defaults import ReleaseDefaults, listed_releases, release_defaults
 
@@ -183,7 +183,7 @@ def version_tuple(version: str) -> tuple[int, ...]:
         >>> version_tuple("0.10.1.post1")
         (0, 10, 1)
     """
-    return tuple(int(part) for part in re.findall(r"\d+", version.split(".post")[0])[:3])
+    return release(version)[:3]
 
 
 def cuda_total_bytes(memory_gib: float) -> int:

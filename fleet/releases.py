@@ -55,9 +55,9 @@ def release(version: str) -> tuple[int, ...]:
 def python_range(version: str) -> tuple[tuple[int, int], tuple[int, int]] | None:
     """The Pythons a vLLM release installs on, as (oldest, first too new); None if unknown
     (a release older than the table, or newer than its last entry)."""
-    wanted = release(version)[:3]
+    key = release(version)
     for first, last, oldest, too_new in VLLM_PYTHON:
-        if first[:3] <= wanted <= last[:3] or first <= release(version) <= last:
+        if first[:3] <= key[:3] <= last[:3] or first <= key <= last:
             return oldest, too_new
     return None
 

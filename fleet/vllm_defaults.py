@@ -18,10 +18,11 @@ Example:
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
+
+from fleet.releases import release
 
 DEFAULTS_FILE = Path(__file__).with_name("vllm_defaults.json")
 
@@ -42,29 +43,24 @@ class ReleaseDefaults:
         return self.engine == "V0"
 
 
-def _key(version: str) -> tuple[int, ...]:
-    """ "0.10.1.1" → (0, 10, 1, 1), ignoring "post" and local parts."""
-    return tuple(int(p) for p in re.findall(r"\d+", version.split("+")[0]))
-
-
 @cache
 def _table() -> list[tuple[tuple[int, ...], ReleaseDefaults]]:
     data = json.loads(DEFAULTS_FILE.read_text())
     rows = []
-    for release, entry in data["releases"].items():
-        rows.append((_key(release), ReleaseDefaults(
-            release=release,
+    for name, entry in data["releases"].items():
+        rows.append((release(name), ReleaseDefaults(
+            release=name,
             gpu_memory_utilization=entry["gpu_memory_utilization"],
             engine=entry["engine"],
             max_num_seqs=entry.get("max_num_seqs"),
-            source=f"vLLM {release} {entry['gpu_memory_utilization_from']}",
+            source=f"vLLM {name} {entry['gpu_memory_utilization_from']}",
         )))
     return sorted(rows, key=lambda row: row[0])
 
 
 def release_defaults(version: str) -> ReleaseDefaults | None:
     """The defaults that apply to ``version``: the newest listed release not newer than it."""
-    wanted = _key(version)
+    wanted = release(version)
     found = None
     for key, defaults in _table():
         if key[:3] <= wanted[:3] or key <= wanted:
