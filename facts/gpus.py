@@ -224,7 +224,7 @@ class GpuTopology(FactBase):
         if header_at is None:
             return result
         columns = [c.strip() for c in lines[header_at].split("\t")]
-        devices = [c for c in columns if re.match(r"^(GPU|NIC)\d+$", c)]
+        devices = [c for c in columns if re.fullmatch(r"(GPU|NIC)[0-9]+", c)]
         extra = [c for c in columns if c and c not in devices]
         result["devices"] = devices
         for line in lines[header_at + 1 :]:

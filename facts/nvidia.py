@@ -116,7 +116,7 @@ class CudaToolkits(FactBase):
             match = re.search(r"release (\d+\.\d+), V(\d+\.\d+\.\d+)", line)
             if match:
                 toolkits[match.group(1)] = match.group(2)
-            match = re.match(r"^== default /usr/local/cuda-(\d+\.\d+)$", line.strip())
+            match = re.fullmatch(r"== default /usr/local/cuda-([0-9]+\.[0-9]+)", line.strip())
             if match:
                 default = match.group(1)
         return {"toolkits": toolkits, "default": default}

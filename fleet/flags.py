@@ -504,7 +504,7 @@ def _type_accepts(kind: str | None, item: Any, text: str) -> bool:
     if kind == "human_readable_int_or_auto" and (text == "-1" or text.lower() == "auto"):
         return True
     if kind in ("human_readable_int", "human_readable_int_or_auto"):
-        match = _HUMAN_INT.match(text.strip())
+        match = _HUMAN_INT.fullmatch(text.strip())
         if match:
             number, suffix = match.groups()
             return suffix.islower() or "." not in number  # no decimals with binary suffixes

@@ -249,7 +249,7 @@ def parse_matrix(text: str) -> Links:
                 if cell != "X":
                     raise ValueError(f"GPU{row}'s own cell is {cell!r}, not X")
                 continue
-            if not re.match(LINK_PATTERN, cell):
+            if not re.fullmatch(LINK_PATTERN, cell):
                 raise ValueError(f"GPU{row}→GPU{col}: {cell!r} is not a link type")
             pair = (min(row, col), max(row, col))
             if pair in links and links[pair] != cell:
@@ -273,7 +273,7 @@ def parse_pairs(pairs: dict[str, str]) -> Links:
         match = re.fullmatch(r"(\d+)-(\d+)", key)
         if not match or match[1] == match[2]:
             raise ValueError(f"{key!r} is not a pair of two GPU indices like '0-1'")
-        if not re.match(LINK_PATTERN, link):
+        if not re.fullmatch(LINK_PATTERN, link):
             raise ValueError(f"{key}: {link!r} is not a link type (NV#, PIX, PXB, PHB, NODE, SYS)")
         a, b = sorted((int(match[1]), int(match[2])))
         if (a, b) in links:

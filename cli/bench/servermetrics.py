@@ -100,7 +100,7 @@ def parse_prometheus(text: str) -> Scrape:
     for line in text.splitlines():
         if not line or line.startswith("#"):
             continue
-        match = _LINE.match(line.strip())
+        match = _LINE.fullmatch(line.strip())
         if not match:
             continue
         name, labels, value = match.groups()

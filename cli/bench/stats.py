@@ -83,7 +83,7 @@ def parse_duration(text: str) -> float:
         >>> parse_duration("500ms"), parse_duration("2s"), parse_duration("50")
         (0.5, 2.0, 0.05)
     """
-    match = _DURATION.match(text)
+    match = _DURATION.fullmatch(text)
     if not match:
         raise ValueError(f"{text!r} is not a duration (like 500ms, 0.5s or 250us)")
     return float(match.group(1)) * _UNIT[match.group(2)]
