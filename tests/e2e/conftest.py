@@ -11,6 +11,11 @@ alone, on the fresh host of its own session.
 A test marked ``ends_vllm_host`` stops the shared host: it runs after every other test that
 uses the host, wherever pytest collected it.
 
+Modules that need two hosts (replicas behind a router, a server across hosts) use
+``vllm_pair``: the shared host and a second one, :data:`tests.support.e2e.VLLM_HOST_B`, started
+on first use and kept for the session, so the second vLLM install is paid once too. Their fleet
+files name both hosts, so each deploy retires on both what the module before left.
+
 test_drift_e2e does not share: its host has a stand-in GPU board and no vLLM servers.
 """
 
@@ -22,7 +27,7 @@ import pytest
 
 from sandbox import hosts as sandbox
 from sandbox import modelserver
-from tests.support.e2e import TESTMODEL, TESTMODEL_PORT, VLLM_HOST, VLLM_HOST_PORTS
+from tests.support.e2e import TESTMODEL, TESTMODEL_PORT, VLLM_HOST, VLLM_HOST_B, VLLM_HOST_PORTS
 
 END_MARK = "ends_vllm_host"
 
@@ -39,7 +44,10 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     if not enders:
         return
     rest = [item for item in items if not item.get_closest_marker(END_MARK)]
-    users = [i for i, item in enumerate(rest) if "vllm_host" in getattr(item, "fixturenames", ())]
+    users = [
+        i for i, item in enumerate(rest)
+        if {"vllm_host", "vllm_pair"} & set(getattr(item, "fixturenames", ()))
+    ]  # fmt: skip
     at = users[-1] + 1 if users else len(rest)
     items[:] = [*rest[:at], *enders, *rest[at:]]
 
@@ -74,3 +82,31 @@ def testmodel_server() -> Iterator[str]:
         yield f"http://127.0.0.1:{TESTMODEL_PORT}"
     finally:
         modelserver.stop(port=TESTMODEL_PORT)
+
+
+@pytest.fixture(scope="session")
+def vllm_session_host_b() -> Iterator[sandbox.SandboxHost]:
+    """The second shared host, booted fresh on first use and stopped at the session's end."""
+    sandbox.down([VLLM_HOST_B])
+    try:
+        (host,) = sandbox.up({VLLM_HOST_B: []})
+        yield host
+    finally:
+        sandbox.down([VLLM_HOST_B])
+
+
+@pytest.fixture(scope="module")
+def vllm_pair(
+    vllm_session_host: sandbox.SandboxHost, vllm_session_host_b: sandbox.SandboxHost
+) -> tuple[sandbox.SandboxHost, sandbox.SandboxHost]:
+    """Both shared hosts, running: (VLLM_HOST, VLLM_HOST_B).
+
+    The second declares no ports of its own: the hosts share one network, and every block in
+    ``VLLM_HOST_PORTS`` is already checked free when the first starts.
+
+    Example:
+        def test_x(vllm_pair): a, b = vllm_pair; assert b.name == "e2e-vllm-b"
+    """
+    (host_a,) = sandbox.up({VLLM_HOST: VLLM_HOST_PORTS})
+    (host_b,) = sandbox.up({VLLM_HOST_B: []})
+    return host_a, host_b

@@ -33,7 +33,20 @@ VLLM_HOST = "e2e-vllm"
 LIFECYCLE_PORT = 18100
 ALPHA_PORT, BETA_PORT = 18200, 18201
 BENCH_PORT = 18300
-VLLM_HOST_PORTS = [LIFECYCLE_PORT, ALPHA_PORT, BETA_PORT, BENCH_PORT]
+#: Port blocks of the areas that came later, 20 each, declared on both shared hosts:
+#: endpoints and routers, multi-node groups, monitoring (Prometheus, exporters), fleet doctor.
+ENDPOINT_PORTS = list(range(18400, 18420))
+MULTINODE_PORTS = list(range(18500, 18520))
+MONITORING_PORTS = list(range(18600, 18620))
+DOCTOR_PORTS = list(range(18700, 18720))
+VLLM_HOST_PORTS = [
+    LIFECYCLE_PORT, ALPHA_PORT, BETA_PORT, BENCH_PORT,
+    *ENDPOINT_PORTS, *MULTINODE_PORTS, *MONITORING_PORTS, *DOCTOR_PORTS,
+]  # fmt: skip
+#: The second shared host, for what needs two (replicas behind a router, a group across
+#: hosts). Sandbox hosts share this machine's network, so its ports are the same blocks: a
+#: module puts a service on one host or the other, never the same port on both.
+VLLM_HOST_B = "e2e-vllm-b"
 
 #: The committed tiny model, served on loopback for the session (tests/e2e/conftest.py).
 TESTMODEL = ROOT / "testmodel"
