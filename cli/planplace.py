@@ -106,8 +106,6 @@ def read_hosts(
     fleet: Fleet, path: str, names: list[str]
 ) -> tuple[dict[str, list[GpuState]], dict[str, gpu_table.Links], list[str]]:
     """Read each named host's GPUs over SSH: (states, links, errors), one error per host."""
-    states: dict[str, list[GpuState]] = {}
-    links: dict[str, gpu_table.Links] = {}
     errors: list[str] = []
     targets = []
     for name in names:
@@ -115,6 +113,17 @@ def read_hosts(
             targets.append((name, connection_data(name, fleet.hosts[name], path)))
         except FleetError as error:
             errors.append(f"{name}: " + "; ".join(p.message for p in error.problems))
+    found_states, found_links, failed = read_targets(targets)
+    return found_states, found_links, errors + failed
+
+
+def read_targets(
+    targets: list[tuple[str, dict[str, Any]]],
+) -> tuple[dict[str, list[GpuState]], dict[str, gpu_table.Links], list[str]]:
+    """Read the GPUs of pyinfra hosts ``[(name, data)]``: (states, links, errors)."""
+    states: dict[str, list[GpuState]] = {}
+    links: dict[str, gpu_table.Links] = {}
+    errors: list[str] = []
     if not targets:
         return states, links, errors
     logging.getLogger("pyinfra").setLevel(logging.CRITICAL)
