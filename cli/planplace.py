@@ -154,7 +154,7 @@ def placement_lines(placement: Placement) -> list[str]:
         >>> placement_lines(Placement([Choice("h", "s", [0], "why", ["GPU 1: no"])], []))
         ['h/s: gpus: [0]', '  why', '  rejected: GPU 1: no']
     """
-    lines = []
+    lines = list(placement.summary.values())
     for choice in placement.choices:
         lines.append(f"{choice.host}/{choice.server}: gpus: "
                      f"[{', '.join(str(i) for i in choice.gpus)}]")

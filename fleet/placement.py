@@ -114,6 +114,8 @@ class Placement:
     refused: list[Refusal]
     #: Per host, every GPU as placement left it.
     rooms: dict[str, list[GpuRoom]] = field(default_factory=dict)
+    #: Per host with placed servers, one line: its GPUs, links, and how the servers were split.
+    summary: dict[str, str] = field(default_factory=dict)
 
     def gpus_of(self) -> dict[tuple[str, str], list[int]]:
         """``{(host, server): gpus}`` of every choice."""
@@ -439,7 +441,44 @@ def place_fleet(
         _place_single(placement, host_name, name, size, how, gpus[host_name], small=False)
     order = {key: i for i, key in enumerate(unplaced(fleet))}
     placement.refused.sort(key=lambda r: order.get((r.host, r.server), 0))
+    placed_hosts = {c.host for c in placement.choices}
+    for host_name in dict.fromkeys(h for h, _ in todo if h in placed_hosts):
+        host = fleet.hosts[host_name]
+        host_links = host.gpus.links or links.get(host_name)
+        placement.summary[host_name] = _summary(
+            host_name, gpus[host_name], host_links,
+            sum(1 for g in groups if g[1] == host_name),
+            sum(1 for s in small if s[1] == host_name),
+            sum(1 for w in whole if w[1] == host_name),
+        )
     return placement
+
+
+def _summary(
+    host_name: str, gpus: list[GpuRoom], links: gpu_table.Links | None,
+    groups: int, small: int, whole: int,
+) -> str:
+    """One host's placement in a sentence: GPUs, their fastest pair, how servers were split."""
+    total = min(g.total for g in gpus)
+    text = f"{host_name}: {len(gpus)} GPUs of {gib(total)} CUDA total"
+    if links and len(gpus) > 1:
+        best = gpu_table.best_set(links, len(gpus), 2)
+        kinds = sorted(set(links.values()), key=gpu_table.link_rank)
+        if best:
+            text += (f"; fastest pair GPUs {best[0][0]},{best[0][1]} "
+                     f"({gpu_table.describe(best[1])})")
+        if len(kinds) > 1:
+            text += f", slowest {gpu_table.describe(kinds[-1])}"
+    elif len(gpus) > 1:
+        text += "; links unknown (no gpus.topology): groups take the lowest free indices"
+    shared = sorted({c for g in gpus if len(g.users) > 1 for c in [g.index]})
+    text += (f". {groups} parallel group(s) placed first on the fastest links, then {small} "
+             f"small server(s) packed by memory")
+    text += f" (sharing GPU {', '.join(map(str, shared))})" if shared else ""
+    text += f", then {whole} whole-card server(s) one per GPU"
+    if not groups:
+        text += "; no server needs more than one GPU, so no link matters"
+    return text
 
 
 def placed(fleet: Fleet, placement: Placement) -> Fleet:

@@ -5,6 +5,7 @@ real H200 captures."""
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 from pathlib import Path
@@ -55,7 +56,14 @@ def test_quad_4090d_reproduces_the_hand_plan() -> None:
 
 def test_quad_4090d_explains_each_choice() -> None:
     _, fleet = _stripped("quad-4090d")
-    choices = {c.server: c for c in place_fleet(fleet).choices}
+    placement = place_fleet(fleet)
+    assert placement.summary["quad-4090d"] == (
+        "quad-4090d: 4 GPUs of 23.49 GiB CUDA total; fastest pair GPUs 0,1 (PIX: one PCIe "
+        "switch), slowest PXB: several PCIe bridges. 0 parallel group(s) placed first on the "
+        "fastest links, then 3 small server(s) packed by memory (sharing GPU 0), then 3 "
+        "whole-card server(s) one per GPU; no server needs more than one GPU, so no link matters"
+    )
+    choices = {c.server: c for c in placement.choices}
     assert "gpu-memory-utilization 0.3 × 23.49 GiB" in choices["router"].reason
     assert "lowest-numbered empty GPU" in choices["router"].reason
     assert "shares GPU 0 with router, summarize" in choices["tagger"].reason
@@ -282,3 +290,13 @@ def test_from_host_unreachable_host_is_one_line(tmp_path: Path, capsys) -> None:
 def test_write_needs_place(capsys) -> None:
     assert cli.main(["plan", "--write", str(EXAMPLES / "quad-4090d.yaml")]) == 2
     assert "give both" in capsys.readouterr().err
+
+
+def test_place_json_has_choices_refusals_and_the_plan(tmp_path: Path, capsys) -> None:
+    path = tmp_path / "ws.yaml"
+    path.write_text(strip_gpus((EXAMPLES / "workstation-4090.yaml").read_text()))
+    assert cli.main(["plan", "--place", "--json", str(path)]) == 0
+    document = json.loads(capsys.readouterr().out)
+    assert [(c["server"], c["gpus"]) for c in document["placement"]] == [("chat", [0])]
+    assert document["refused"] == []
+    assert document["servers"][0]["gpus"] == [0] and document["servers"][0]["fits"]
