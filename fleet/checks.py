@@ -25,6 +25,9 @@ from fleet.plan import chunked_prefill, plan_fleet, utilization
 from fleet.problems import Finding, suggest
 from fleet.spec import MIN_DRIVER_FOR_VARIANT, Fleet, Host, Server, Variant
 
+#: What :func:`check_fleet` says of a GPU server without gpus (``fleet plan --place`` fills them).
+NO_GPUS = "a GPU server needs at least one GPU index"
+
 
 def check_fleet(fleet: Fleet) -> Iterator[Finding]:
     """Every cross-field problem of ``fleet``, in file order of hosts and servers."""
@@ -124,7 +127,7 @@ def _check_host(fleet: Fleet, name: str, host: Host) -> Iterator[Finding]:
                 )
             continue
         if not server.gpus:
-            yield ((*sbase, "gpus"), "a GPU server needs at least one GPU index", "e.g. gpus: [0]")
+            yield ((*sbase, "gpus"), NO_GPUS, "e.g. gpus: [0], or let `fleet plan --place` choose")
             continue
         if len(set(server.gpus)) != len(server.gpus):
             yield ((*sbase, "gpus"), "a GPU index is listed twice", None)
