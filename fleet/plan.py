@@ -640,11 +640,11 @@ def _plan_gpus(fleet: Fleet) -> list[GpuPlan]:
     plans = []
     for (host_name, index), on_gpu in sorted(users.items()):
         host = fleet.hosts.get(host_name)
-        memory = host.gpus.total_gib if host else None
+        gpu_gib = host.gpus.total_gib if host else None
         total = sum(utilization(user, server) for _, user, server in on_gpu)
         gpu = GpuPlan(
             host=host_name, index=index, model=host.gpus.model if host else None,
-            memory_bytes=int(memory * GiB) if memory else None,
+            memory_bytes=int(gpu_gib * GiB) if gpu_gib else None,
             servers=[label for label, _, _ in on_gpu], utilization_sum=round(total, 4),
         )
         causes: dict[str, float] = defaultdict(float)
@@ -657,10 +657,12 @@ def _plan_gpus(fleet: Fleet) -> list[GpuPlan]:
         if total >= 1:
             gpu.verdict = "does not fit"
             gpu.reason = f"the servers' gpu-memory-utilization sums to {total:.2f}, not below 1"
-        elif memory is None:
+        elif gpu_gib is None:
             gpu.reason = "cannot check: GPU memory unknown"
         else:
-            gpu.headroom_bytes = int((1 - total) * cuda_total_bytes(memory))
+            entry = host.gpus.table_model if host else None
+            named = entry.name if entry and host and host.gpus.memory_gib is None else None
+            gpu.headroom_bytes = int((1 - total) * memory.cuda_total_bytes(gpu_gib, named)[0])
             left = f"{gib(gpu.headroom_bytes)} left outside the budgets"
             if gpu.headroom_bytes < gpu.outside_bytes:
                 gpu.verdict = "tight"
