@@ -5,15 +5,17 @@ terms (fleet/memory.py)."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
 from fleet import memory
-from fleet.load import load_text
+from fleet.load import load_fleet, load_text
 from fleet.plan import ServerPlan, plan_fleet
 from fleet.spec import ModelConfig, Server
 
 GiB = 2**30
+ROOT = Path(__file__).resolve().parents[3]
 FLEET = """
 version: 1
 models:
@@ -142,3 +144,12 @@ def test_v1_samples_only_on_the_last_pipeline_stage():
     first = memory.profile_terms("V1", "0.11.0", Server(model="m", port=1), config,
                                  memory.Batch(2048, 256, "test"), 2, last_stage=False)
     assert {t.name: t.bytes for t in first}["sampler"] == 0
+
+
+@pytest.mark.parametrize("name", ["v032-cpu-offload-llama2-13b-rtx4090",
+                                  "v032-swa-gemma3-27b-h100", "v032-yarn-qwen3-8b-131k-h100"])
+def test_corpus_files_of_these_gaps_plan_fits(name):
+    """The correct-configuration corpus's files for these gaps: vLLM starts them, the plan fits."""
+    path = ROOT / "tests" / "data" / "valid" / f"{name}.yaml"
+    [server] = plan_fleet(load_fleet(path)).servers
+    assert server.verdict == "fits", server.reason
