@@ -7,11 +7,12 @@ pipeline stage):
 
 - **weights** = the checkpoint's size ÷ (TP × PP), adjusted for online quantization
   (``--quantization fp8`` on a 16-bit checkpoint halves everything but the embeddings);
-- **overhead** = the profiling pass's peak, estimated as activations
-  (``max-num-batched-tokens × (3·hidden + qkv/TP + 3·intermediate/TP) × dtype bytes``), the
-  sampler (``min(max-num-batched-tokens, max-num-seqs) × vocab × 32 bytes``: fp32 logits,
-  sorted copies and int64 indices for top-k/top-p), 0.15 GiB of CUDA library workspaces
-  (cuBLAS: measured 0.16 GiB on an H200), and, from vLLM 0.21 on, 0.5 GiB of CUDA graphs;
+- **overhead** = the profiling pass's peak, the larger of activations
+  (``max-num-batched-tokens × (3·hidden + qkv/TP + 3·intermediate/TP) × dtype bytes``) and the
+  sampler (V1: ``min(max-num-batched-tokens, max-num-seqs) × vocab × 24 bytes``: fp32 logits,
+  a sorted copy with int64 indices, softmax and cumulative sum for top-k/top-p), the non-torch
+  memory the release counts (cuBLAS workspaces, NCCL), and, from vLLM 0.21 on, 0.5 GiB of CUDA
+  graphs;
 - **KV budget** = utilization × total − weights − overhead;
 - **KV bytes per token** = 2 × layers/PP × max(1, kv_heads/TP) × head_dim × dtype bytes, or
   with MLA (kv_lora_rank set) layers/PP × (kv_lora_rank + qk_rope_head_dim) × dtype bytes,
@@ -54,23 +55,10 @@ GiB = 2**30
 #: Per process and GPU, taken before vLLM's memory snapshot (outside its budget).
 CUDA_CONTEXT_GIB = 0.5
 NCCL_GIB = 0.25
-#: Inside the budget: library workspaces allocated during the profiling pass.
-WORKSPACE_GIB = 0.15
-#: CUDA graphs of the default capture sizes (typical logs: 0.2–0.6 GiB).
-CUDA_GRAPH_GIB = 0.5
-#: The vLLM release from which CUDA graph memory is taken out of the budget.
-GRAPHS_IN_BUDGET_FROM = (0, 21)
-#: Peak bytes of the sampler per (sequence × vocabulary entry).
-SAMPLER_BYTES = 32
-#: V0: the profiling pass's logits, fp32, one row per sequence.
-V0_LOGITS_BYTES = 4
-#: V0 (0.6.x): chunked prefill turns itself on above this max-model-len, with 512 tokens a step
-#: (vllm/engine/arg_utils.py use_long_context; vllm/config.py SchedulerConfig).
-V0_LONG_CONTEXT = 32768
-V0_CHUNKED_TOKENS = 512
-#: V0: memory the 0.6.4 worker logs as non_torch_memory (cuBLAS, allocator; 0.35 GiB on an
-#: RTX 3090, vllm#10517), taken for every V0 release.
-V0_NON_TORCH_GIB = 0.35
+#: CUDA graphs of the default capture sizes (typical logs: 0.2–0.6 GiB), and the vLLM release
+#: from which they are taken out of the budget (fleet.memory holds the terms inside it).
+CUDA_GRAPH_GIB = memory.CUDA_GRAPH_GIB
+GRAPHS_IN_BUDGET_FROM = memory.GRAPHS_IN_BUDGET_FROM
 #: vLLM's default KV block size (tokens) on GPUs and on the cpu build.
 BLOCK_SIZE = 16
 CPU_BLOCK_SIZE = 128
