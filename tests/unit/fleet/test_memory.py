@@ -153,3 +153,15 @@ def test_corpus_files_of_these_gaps_plan_fits(name):
     path = ROOT / "tests" / "data" / "valid" / f"{name}.yaml"
     [server] = plan_fleet(load_fleet(path)).servers
     assert server.verdict == "fits", server.reason
+
+
+def test_h200_cuda_total_is_what_torch_reported_on_the_captured_h200():
+    """tests/fixtures/nvidia/h200x1-health: nvidia-smi's memory.total − memory.reserved is the
+    total torch.cuda.mem_get_info reported on the same GPU, within nvidia-smi's 1 MiB rounding."""
+    health = ROOT / "tests" / "fixtures" / "nvidia" / "h200x1-health"
+    row = (health / "query-health.csv").read_text().splitlines()[1].split(", ")
+    total_mib, reserved_mib = (float(row[i].split()[0]) for i in (11, 12))
+    torch_total = json.loads((health / "torch-context.json").read_text())["total_bytes"]
+    for total in (memory.cuda_total_bytes(total_mib / 1024, reserved_mib=reserved_mib)[0],
+                  memory.cuda_total_bytes(total_mib / 1024, "H200")[0]):
+        assert abs(total - torch_total) <= 2**20
