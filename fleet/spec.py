@@ -343,6 +343,31 @@ class ModelConfig(Strict):
     qk_rope_head_dim: int | None = Field(
         None, ge=0, le=65536, description="MLA: size of the rotary part cached per token."
     )
+    n_routed_experts: int | None = Field(
+        None, ge=1, le=65536, description="Routed experts (DeepSeek MoE): expert parallel."
+    )
+    num_experts: int | None = Field(
+        None, ge=1, le=65536, description="Experts (Qwen MoE): expert parallel splits them."
+    )
+    num_local_experts: int | None = Field(
+        None, ge=1, le=65536, description="Experts (Mixtral, gpt-oss): expert parallel."
+    )
+    first_k_dense_replace: int | None = Field(
+        None, ge=0, le=1024, description="Leading dense (non-MoE) layers (DeepSeek)."
+    )
+    sliding_window: int | None = Field(
+        None, ge=1, le=1 << 30, description="Sliding-window attention span (tokens)."
+    )
+    sliding_window_pattern: int | None = Field(
+        None, ge=1, le=1024, description="Every N-th layer is full attention (Gemma 3)."
+    )
+    layer_types: list[str] | None = Field(
+        None, max_length=1024,
+        description='Per layer "full_attention" or "sliding_attention" (gpt-oss, Gemma 3).',
+    )
+    use_sliding_window: bool | None = Field(
+        None, description="Whether sliding_window applies to every layer (Qwen2: false)."
+    )
 
     @property
     def head_size(self) -> int | None:
@@ -373,7 +398,9 @@ class ModelConfig(Strict):
         """The longest max-model-len vLLM (0.32) accepts without an override.
 
         max_position_embeddings, times the RoPE scaling factor unless the scaling type
-        already counts it (llama3, longrope, su, yarn and the DeepSeek variants).
+        already counts it (llama3, longrope, su); YaRN scales its
+        original_max_position_embeddings; Gemma 3's limit is already scaled (vLLM's
+        ``_get_and_verify_max_len``).
 
         Example:
             >>> ModelConfig(num_hidden_layers=1, num_attention_heads=1,
@@ -386,8 +413,12 @@ class ModelConfig(Strict):
         scaling = self.rope_scaling or {}
         kind = scaling.get("rope_type", scaling.get("type"))
         factor = scaling.get("factor")
-        unscaled = ("su", "longrope", "llama3", "yarn", "deepseek_yarn", "deepseek_llama_scaling")
-        if isinstance(factor, int | float) and factor > 0 and kind not in unscaled:
+        unscaled = ("su", "longrope", "llama3", "deepseek_llama_scaling")
+        gemma3 = "gemma3" in (self.model_type or "")
+        if isinstance(factor, int | float) and factor > 0 and kind not in unscaled and not gemma3:
+            original = scaling.get("original_max_position_embeddings")
+            if kind in ("yarn", "deepseek_yarn") and isinstance(original, int) and original > 0:
+                return int(original * factor)
             return int(self.max_position_embeddings * factor)
         return self.max_position_embeddings
 
