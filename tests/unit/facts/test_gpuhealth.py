@@ -1,0 +1,115 @@
+"""GPU health: the ``--query-gpu`` parser, held against the real H200 captures.
+
+The field names must be ones the real nvidia-smi lists (its captured ``--help-query-gpu``); the
+stand-in nvidia-smi must report, for the captured machine, the values the real cards reported
+in their ``nvidia-smi -q -x`` captures (parsed here with ElementTree, independently).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+from facts.gpuhealth import HEALTH_FIELDS, HEALTH_QUERY, GpuHealth, parse_health
+from tests.unit.facts.test_facts_standin import FIXTURES, machine, standin
+
+
+def help_fields() -> set[str]:
+    text = (FIXTURES / "h200x2-idle" / "help-query-gpu.txt").read_text()
+    return {name for line in text.splitlines() for name in re.findall(r'^"([^"]+)"|or "([^"]+)"',
+            line) for name in name if name}  # fmt: skip
+
+
+def xml_gpu(state: str, index: int = 0) -> ET.Element:
+    root = ET.parse(FIXTURES / f"h200x2-{state}" / "nvidia-smi-q.xml").getroot()
+    return root.findall("gpu")[index]
+
+
+def number(element: ET.Element, path: str) -> float:
+    return float(element.findtext(path).split()[0].rstrip("x"))
+
+
+@pytest.mark.parametrize("field", HEALTH_FIELDS)
+def test_every_field_is_one_the_real_nvidia_smi_lists(field: str) -> None:
+    assert field in help_fields()
+
+
+@pytest.mark.parametrize("state", ["idle", "busy"])
+def test_standin_reports_what_the_real_cards_reported(tmp_path: Path, state: str) -> None:
+    root = machine(tmp_path, busy=state == "busy")
+    output = standin(root, f"--query-gpu={HEALTH_QUERY}", "--format=csv,noheader,nounits")
+    gpus = GpuHealth().process(output.splitlines())["gpus"]
+    assert len(gpus) == 2
+    card, gpu = xml_gpu(state), gpus[0]
+    link = "pci/pci_gpu_link_info"
+    assert gpu["pcie"] == {
+        "gen": number(card, f"{link}/pcie_gen/current_link_gen"),
+        "gen_max": number(card, f"{link}/pcie_gen/max_link_gen"),
+        "width": number(card, f"{link}/link_widths/current_link_width"),
+        "width_max": number(card, f"{link}/link_widths/max_link_width"),
+    }
+    assert gpu["ecc"]["mode"] == card.findtext("ecc_mode/current_ecc")
+    assert gpu["power_limit_w"] == number(card, "gpu_power_readings/current_power_limit")
+    assert gpu["clocks_mhz"]["sm_max"] == number(card, "max_clocks/sm_clock")
+    assert gpu["memory_reserved_mib"] == number(card, "fb_memory_usage/reserved")
+    assert gpu["memory_total_mib"] == number(card, "fb_memory_usage/total")
+    assert gpu["pstate"] == card.findtext("performance_state")
+    assert gpu["throttle"] == []
+
+
+def test_idle_card_reports_the_idle_clock_event_and_low_clocks(tmp_path: Path) -> None:
+    root = machine(tmp_path, busy=False)
+    output = standin(root, f"--query-gpu={HEALTH_QUERY}", "--format=csv,noheader,nounits")
+    gpu = GpuHealth().process(output.splitlines())["gpus"][0]
+    card = xml_gpu("idle")
+    assert card.findtext("clocks_event_reasons/clocks_event_reason_gpu_idle") == "Active"
+    assert gpu["clock_events_active"] == "0x0000000000000001"
+    assert gpu["clocks_mhz"]["sm"] == number(card, "clocks/sm_clock")
+
+
+def test_unavailable_values_are_none_not_zero() -> None:
+    row = ["[N/A]"] * len(HEALTH_FIELDS)
+    row[0] = "0"
+    row[HEALTH_FIELDS.index("ecc.errors.uncorrected.volatile.total")] = "[Not Supported]"
+    gpu = parse_health([", ".join(row)])["gpus"][0]
+    assert gpu["index"] == 0
+    assert gpu["ecc"]["uncorrected_volatile"] is None
+    assert gpu["pcie"]["gen"] is None and gpu["power_w"] is None
+
+
+def test_throttle_reasons_that_are_active_are_listed() -> None:
+    values = dict.fromkeys(HEALTH_FIELDS, "0")
+    values.update({f: "Not Active" for f in HEALTH_FIELDS if f.startswith("clocks_event_reasons.")})
+    values["clocks_event_reasons.hw_thermal_slowdown"] = "Active"
+    gpu = parse_health([", ".join(values.values())])["gpus"][0]
+    assert gpu["throttle"] == ["hw_thermal_slowdown"]
+
+
+def test_a_failing_nvidia_smi_is_an_error_not_a_gpu() -> None:
+    lines = (FIXTURES / "synthetic" / "nvidia-smi-no-driver.txt").read_text().splitlines()
+    result = parse_health(lines)
+    assert result["gpus"] == [] and "NVIDIA-SMI has failed" in result["error"]
+
+
+def test_standin_refuses_a_field_it_does_not_know(tmp_path: Path) -> None:
+    root = machine(tmp_path, busy=False)
+    output = standin(root, "--query-gpu=index,no.such.field", "--format=csv,noheader,nounits")
+    assert 'Field "no.such.field" is not a valid field to query.' in output
+
+
+def test_standin_health_override_shows_a_fallen_back_link(tmp_path: Path) -> None:
+    root = machine(tmp_path, busy=False)
+    path = root / "etc/nvidia-standin/gpus.json"
+    hardware = json.loads(path.read_text())
+    hardware["health"] = {
+        "0000:00:07.0": {"pcie.link.width.current": 8, "ecc.errors.uncorrected.aggregate.total": 3}
+    }
+    path.write_text(json.dumps(hardware))
+    output = standin(root, f"--query-gpu={HEALTH_QUERY}", "--format=csv,noheader,nounits")
+    gpus = GpuHealth().process(output.splitlines())["gpus"]
+    assert gpus[0]["pcie"]["width"] == 16
+    assert gpus[1]["pcie"]["width"] == 8 and gpus[1]["ecc"]["uncorrected_aggregate"] == 3
