@@ -96,6 +96,7 @@ class ModelInstall:
     + url, file, sha256, unpack, filename: archive or single-file sources
     + hf, revision, endpoint, token: Hugging Face sources (the token is a secret)
     + keep: how many versions the host keeps
+    + retries, retry_wait: how a ``url`` download retries (attempts, first wait in seconds)
 
     Example:
         >>> model = ModelInstall(name="tiny", path="/var/lib/vllm-fleet/models/tiny",
@@ -118,6 +119,8 @@ class ModelInstall:
     endpoint: str | None = None
     token: str | None = field(default=None, repr=False)
     keep: int = 1
+    retries: int = 6
+    retry_wait: float = 2.0
 
     @property
     def id(self) -> str | None:

@@ -392,6 +392,19 @@ class ModelConfig(Strict):
         return self.max_position_embeddings
 
 
+class Download(Strict):
+    """How the host retries an interrupted download of a ``url:`` model."""
+
+    retries: int = Field(
+        6, ge=0, le=30, description="Attempts after the first, each resuming where the last "
+        "stopped.",
+    )
+    retry_wait: float = Field(
+        2.0, ge=0, le=60, description="Seconds before the first retry; doubled for each "
+        "next one, at most 30 s (the default 6 retries wait 90 s in all).",
+    )
+
+
 class Model(Strict):
     """A model: an archive or single file with its SHA256 (from a URL, or a file on the control
     machine pushed to the hosts), or a Hugging Face repo at a pinned revision."""
@@ -422,6 +435,10 @@ class Model(Strict):
     )
     keep: int = Field(
         1, ge=0, le=20, description="Older verified versions kept on each host for rollback."
+    )
+    download: Download = Field(
+        default_factory=Download,
+        description="Retries of an interrupted download (url: models only).",
     )
     config: (
         Annotated[
@@ -519,6 +536,8 @@ class Model(Strict):
             raise ValueError("revision belongs to hf models; an archive is pinned by sha256")
         if self.hf is None and (self.endpoint is not None or self.token is not None):
             raise ValueError("endpoint and token belong to hf models")
+        if self.url is None and "download" in self.model_fields_set:
+            raise ValueError("download (retries, retry_wait) belongs to url: models")
         if self.hf is not None and self.unpack is not None:
             raise ValueError("unpack belongs to archives; a Hugging Face repo is a folder")
         if self.hf is not None and self.revision is None:
