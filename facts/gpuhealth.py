@@ -6,18 +6,17 @@ machines in ``tests/fixtures/nvidia/h200x2-idle/help-query-gpu.txt``); the parse
 real captures of this very query. Values nvidia-smi cannot give (``[N/A]``, ``[Not
 Supported]``) become None, never zero: a missing ECC counter is not a clean one.
 
-Example:
-    >>> row = ("0, 00000000:00:06.0, P0, 5, 5, 16, 16, Enabled, 0, 0, 0, 0, 0x0000000000000000, "
-    ...        "Not Active, Not Active, Not Active, Not Active, Not Active, 1980, 1980, 3201, "
-    ...        "3201, 120.66, 700.00, 38, 0, 0, 143771, 616, 1551")
-    >>> gpu = GpuHealth().process([row])["gpus"][0]
-    >>> gpu["pcie"], gpu["power_w"], gpu["memory_reserved_mib"]
-    ({'gen': 5, 'gen_max': 5, 'width': 16, 'width_max': 16}, 120.66, 616)
+Example (the captured H200 under load, ``h200x1-health/query-health-load.csv``, cut short):
+    >>> gpu = parse_health(["index, pcie.link.gen.current, pcie.link.gen.max, power.draw [W], "
+    ...     "clocks_event_reasons.active", "0, 5, 5, 692.82 W, 0x0000000000000004"])["gpus"][0]
+    >>> gpu["pcie"]["gen"], gpu["power_w"], gpu["clock_events"], gpu["throttle"]
+    (5, 692.82, ['sw_power_cap'], [])
 """
 
 from __future__ import annotations
 
 import csv
+import re
 from typing import Any
 
 from pyinfra.api import FactBase
@@ -37,11 +36,6 @@ HEALTH_FIELDS = (
     "ecc.errors.corrected.aggregate.total",
     "ecc.errors.uncorrected.aggregate.total",
     "clocks_event_reasons.active",
-    "clocks_event_reasons.sw_power_cap",
-    "clocks_event_reasons.hw_slowdown",
-    "clocks_event_reasons.hw_thermal_slowdown",
-    "clocks_event_reasons.sw_thermal_slowdown",
-    "clocks_event_reasons.hw_power_brake_slowdown",
     "clocks.current.sm",
     "clocks.max.sm",
     "clocks.current.memory",
@@ -55,14 +49,40 @@ HEALTH_FIELDS = (
     "memory.reserved",
     "memory.used",
 )
-#: The clock-event reasons that mean the card is slowed by heat or power (not by being idle).
+#: The clock-event reasons that mean the card is slowed by heat or by its hardware. The software
+#: power cap is not one: under full load a card runs at its power limit, as it should (the
+#: captured H200 under load: ``0x4``, 693 of 700 W, 100 % utilisation).
 THROTTLE_REASONS = (
-    "sw_power_cap",
     "hw_slowdown",
     "hw_thermal_slowdown",
     "sw_thermal_slowdown",
     "hw_power_brake_slowdown",
 )
+#: The bits of ``clocks_event_reasons.active`` (NVML's nvmlClocksEventReason* constants).
+EVENT_BITS = {
+    0x1: "gpu_idle",
+    0x2: "applications_clocks_setting",
+    0x4: "sw_power_cap",
+    0x8: "hw_slowdown",
+    0x10: "sync_boost",
+    0x20: "sw_thermal_slowdown",
+    0x40: "hw_thermal_slowdown",
+    0x80: "hw_power_brake_slowdown",
+    0x100: "display_clocks_setting",
+}
+#: Other names nvidia-smi accepts for a field (``--help-query-gpu``: "clocks.sm" or …); a
+#: header always prints the first.
+ALIASES = {
+    "clocks.sm": "clocks.current.sm",
+    "clocks.mem": "clocks.current.memory",
+    "clocks.max.mem": "clocks.max.memory",
+    "clocks_throttle_reasons.active": "clocks_event_reasons.active",
+    "gpu_bus_id": "pci.bus_id",
+    **{
+        f"clocks_throttle_reasons.{r}": f"clocks_event_reasons.{r}"
+        for r in ("sw_power_cap", *THROTTLE_REASONS)
+    },
+}
 #: The command-line value of ``--query-gpu``.
 HEALTH_QUERY = ",".join(HEALTH_FIELDS)
 
@@ -95,7 +115,10 @@ def _whole(text: str | None) -> int | None:
 
 
 def parse_health(lines: list[str], fields: tuple[str, ...] = HEALTH_FIELDS) -> dict[str, Any]:
-    """Parse ``--query-gpu=<fields> --format=csv,noheader,nounits`` output.
+    """Parse ``--query-gpu=<fields> --format=csv[,noheader][,nounits]`` output.
+
+    A header line names the columns (nvidia-smi prints a field's first name there, whatever
+    alias was asked); without one, ``fields`` does. Units (``MiB``, ``W``) are dropped.
 
     + lines: the command's output lines
     + fields: the fields the query asked for, in order (any subset of :data:`HEALTH_FIELDS`
@@ -104,20 +127,49 @@ def parse_health(lines: list[str], fields: tuple[str, ...] = HEALTH_FIELDS) -> d
     Returns ``{"gpus": [...], "error": None | "the lines that were not rows"}``.
     """
     gpus, other = [], []
+    names = [ALIASES.get(name, name) for name in fields]
     for line in lines:
         if not line.strip():
             continue
-        cells = next(csv.reader([line], skipinitialspace=True))
-        if len(cells) != len(fields):
+        cells = [cell.strip() for cell in next(csv.reader([line], skipinitialspace=True))]
+        if cells and cells[0] == "index":  # a header: it names the columns
+            names = [ALIASES.get(n, n) for n in (_UNIT.sub("", cell) for cell in cells)]
+            continue
+        if len(cells) != len(names):
             other.append(line.strip())
             continue
-        raw = {name: _value(cell) for name, cell in zip(fields, cells, strict=True)}
+        raw = {name: _value(_UNIT_VALUE.sub("", cell)) for name, cell in zip(names, cells,
+               strict=True)}  # fmt: skip
         gpus.append(_gpu(raw))
     return {"gpus": gpus, "error": " ".join(other) or None}
 
 
+#: A header's unit (``memory.total [MiB]``) and a value's (``143771 MiB``, ``89.13 W``).
+_UNIT = re.compile(r"\s*\[[^]]*\]$")
+_UNIT_VALUE = re.compile(r"(?<=[0-9]) (?:MiB|W|MHz|%)$")
+
+
+def clock_events(raw: dict[str, str | None]) -> list[str]:
+    """The active clock-event reasons: the ``Active`` ones asked by name, else the bitmask's.
+
+    Example:
+        >>> clock_events({"clocks_event_reasons.active": "0x0000000000000004"})
+        ['sw_power_cap']
+    """
+    named = [key.split(".", 1)[1] for key, value in raw.items()
+             if key.startswith("clocks_event_reasons.") and value == "Active"]  # fmt: skip
+    if named:
+        return named
+    mask = raw.get("clocks_event_reasons.active")
+    try:
+        bits = int(mask, 16) if mask else 0
+    except ValueError:
+        return []
+    return [name for bit, name in EVENT_BITS.items() if bits & bit]
+
+
 def _gpu(raw: dict[str, str | None]) -> dict[str, Any]:
-    reasons = [r for r in THROTTLE_REASONS if raw.get(f"clocks_event_reasons.{r}") == "Active"]
+    events = clock_events(raw)
     return {
         "index": _whole(raw.get("index")),
         "pci_bus_id": raw.get("pci.bus_id"),
@@ -136,7 +188,8 @@ def _gpu(raw: dict[str, str | None]) -> dict[str, Any]:
             "uncorrected_aggregate": _whole(raw.get("ecc.errors.uncorrected.aggregate.total")),
         },
         "clock_events_active": raw.get("clocks_event_reasons.active"),
-        "throttle": reasons,
+        "clock_events": events,
+        "throttle": [r for r in events if r in THROTTLE_REASONS],
         "clocks_mhz": {
             "sm": _whole(raw.get("clocks.current.sm")),
             "sm_max": _whole(raw.get("clocks.max.sm")),
@@ -156,7 +209,7 @@ def _gpu(raw: dict[str, str | None]) -> dict[str, Any]:
 
 
 #: The shell command of :class:`GpuHealth` (also run by ``fleet status`` over ssh).
-HEALTH_COMMAND = f"nvidia-smi --query-gpu={HEALTH_QUERY} --format=csv,noheader,nounits 2>&1 || true"
+HEALTH_COMMAND = f"nvidia-smi --query-gpu={HEALTH_QUERY} --format=csv,nounits 2>&1 || true"
 
 
 class GpuHealth(FactBase):

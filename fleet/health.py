@@ -93,6 +93,20 @@ def level(key: str, value: float | None, busy: bool = True) -> str | None:
     return RANGES[key].judge(value)
 
 
+def power_level(power_pct: float | None, utilization_pct: float | None) -> str | None:
+    """Power at the card's limit is healthy under full load, and a warning without it.
+
+    Example:
+        >>> power_level(99, 100), power_level(99, 20), power_level(40, 0)
+        ('ok', 'warn', 'ok')
+    """
+    if power_pct is None:
+        return None
+    if power_pct >= RANGES["power_pct"].warn and (utilization_pct or 0) < 60:
+        return WARN
+    return OK
+
+
 def pcie_problems(gpu: dict[str, Any]) -> list[str]:
     """A link running below the card's maximum generation or width.
 

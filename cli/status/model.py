@@ -86,6 +86,7 @@ class GpuRow:
     ecc_corrected: int | None = None
     problems: list[str] = field(default_factory=list)
     throttle: list[str] = field(default_factory=list)
+    clock_events: list[str] = field(default_factory=list)
     levels: dict[str, str] = field(default_factory=dict)
 
 
@@ -250,6 +251,7 @@ def gpu_rows(found: HostProbe) -> list[GpuRow]:
             ecc_corrected=gpu["ecc"]["corrected_volatile"],
             problems=health.gpu_problems(gpu),
             throttle=gpu["throttle"],
+            clock_events=gpu["clock_events"],
         )
         rows.append(row)
     return rows
@@ -259,10 +261,13 @@ def judge_gpus(rows: list[GpuRow], busy_hosts: set[str]) -> None:
     """Set each GPU row's levels; utilisation is judged only on hosts with requests running."""
     for row in rows:
         levels = {}
-        for key in ("memory_pct", "temperature_c", "power_pct", "utilization_pct"):
+        for key in ("memory_pct", "temperature_c", "utilization_pct"):
             judged = health.level(key, getattr(row, key), busy=row.host in busy_hosts)
             if judged is not None:
                 levels[key] = judged
+        power = health.power_level(row.power_pct, row.utilization_pct)
+        if power is not None:
+            levels["power_pct"] = power
         levels["pcie"] = (
             health.BAD if any(p.startswith("PCIe") for p in row.problems) else (health.OK)
         )

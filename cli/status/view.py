@@ -109,6 +109,7 @@ def gpus_table(status: FleetStatus) -> Table:
             limit = f"/{row.power_limit_w:.0f}" if row.power_limit_w else ""
             power = f"{row.power_w:.0f}{limit} W"
         problems = row.problems + [f"throttle: {r}" for r in row.throttle]
+        note = "power cap (at its limit)" if "sw_power_cap" in row.clock_events else "none"
         table.add_row(
             f"{row.host}/gpu{row.index}",
             cell(memory, lv.get("memory_pct")),
@@ -117,7 +118,7 @@ def gpus_table(status: FleetStatus) -> Table:
             cell(power, lv.get("power_pct")),
             cell(row.pcie_text, lv.get("pcie")),
             cell(
-                "; ".join(problems) or "none", BAD if row.problems else WARN if row.throttle else OK
+                "; ".join(problems) or note, BAD if row.problems else WARN if row.throttle else OK
             ),
         )
     return table

@@ -153,6 +153,7 @@ def test_status_shows_the_live_server(deployed: Path, ladder) -> None:
 def test_status_screen_names_the_server_and_its_figures(deployed: Path, ladder) -> None:
     result = e2e.fleet_cli(deployed, "status", str(deployed), env=ENV, timeout=120)
     assert result.returncode == 0, e2e.output(result)[-3000:]
+    print(result.stdout)  # the screen docs/status.md shows (pytest -rP prints it)
     line = next(line for line in result.stdout.splitlines() if f"{HOST}/bench" in line)
     assert "up" in line and "tiny-bench" in line and "since start" in line
     assert "active (running)" in line

@@ -259,3 +259,14 @@ def test_cli_refuses_a_bad_fleet_file(tmp_path: Path, capsys) -> None:
     path.write_text("version: 1\nhosts: {a: {adress: x}}\n")
     assert cli.main(["status", str(path)]) == 1
     assert "invalid" in capsys.readouterr().err
+
+
+def test_real_h200_under_load_is_healthy_at_its_power_limit(plans) -> None:
+    """The captured H200 running matmuls: 100 % busy at 693 of 700 W, the power cap active."""
+    capture = Path(__file__).resolve().parents[2] / "fixtures/nvidia/h200x1-health"
+    found = HostProbe("gpu-1", {("health", ""): (capture / "query-health-load.csv")
+                                .read_text().splitlines()}, None, 1000.0)  # fmt: skip
+    status = fleet_status({"gpu-1": plans["gpu-1"]}, {"gpu-1": found})
+    (gpu,) = status.gpus
+    assert (gpu.utilization_pct, gpu.power_pct, gpu.clock_events) == (100, 99.0, ["sw_power_cap"])
+    assert gpu.levels["power_pct"] == OK and gpu.problems == [] and gpu.throttle == []

@@ -81,12 +81,20 @@ def test_unavailable_values_are_none_not_zero() -> None:
     assert gpu["pcie"]["gen"] is None and gpu["power_w"] is None
 
 
-def test_throttle_reasons_that_are_active_are_listed() -> None:
+@pytest.mark.parametrize(
+    ("mask", "events", "throttle"),
+    [
+        ("0x0000000000000001", ["gpu_idle"], []),
+        ("0x0000000000000004", ["sw_power_cap"], []),
+        ("0x0000000000000044", ["sw_power_cap", "hw_thermal_slowdown"], ["hw_thermal_slowdown"]),
+        ("[N/A]", [], []),
+    ],
+)
+def test_clock_event_bitmask_is_decoded(mask: str, events: list, throttle: list) -> None:
     values = dict.fromkeys(HEALTH_FIELDS, "0")
-    values.update({f: "Not Active" for f in HEALTH_FIELDS if f.startswith("clocks_event_reasons.")})
-    values["clocks_event_reasons.hw_thermal_slowdown"] = "Active"
+    values["clocks_event_reasons.active"] = mask
     gpu = parse_health([", ".join(values.values())])["gpus"][0]
-    assert gpu["throttle"] == ["hw_thermal_slowdown"]
+    assert (gpu["clock_events"], gpu["throttle"]) == (events, throttle)
 
 
 def test_a_failing_nvidia_smi_is_an_error_not_a_gpu() -> None:
@@ -113,3 +121,55 @@ def test_standin_health_override_shows_a_fallen_back_link(tmp_path: Path) -> Non
     gpus = GpuHealth().process(output.splitlines())["gpus"]
     assert gpus[0]["pcie"]["width"] == 16
     assert gpus[1]["pcie"]["width"] == 8 and gpus[1]["ecc"]["uncorrected_aggregate"] == 3
+
+
+# --- the real capture of such a query (tests/fixtures/nvidia/h200x1-health) -------------------
+
+HEALTH = FIXTURES / "h200x1-health"
+
+
+def capture_fields() -> tuple[str, ...]:
+    """The field list capture_health.sh asked for (aliases included: clocks.sm, clocks.mem)."""
+    script = (FIXTURES / "capture_health.sh").read_text()
+    return tuple(re.search(r"^HEALTH=(\S+)$", script, re.MULTILINE).group(1).split(","))
+
+
+@pytest.mark.parametrize("suffix", ["", "-load"])
+def test_header_and_field_list_parse_the_same(suffix: str) -> None:
+    with_header = parse_health((HEALTH / f"query-health{suffix}.csv").read_text().splitlines())
+    bare = parse_health(
+        (HEALTH / f"query-health-noheader-nounits{suffix}.csv").read_text().splitlines(),
+        capture_fields(),
+    )
+    assert with_header["error"] is None and bare["error"] is None
+    # two calls a moment apart: the power draw moved (89.13 W, then 86.42 W); nothing else did
+    moving = {"raw", "power_w", "utilization_pct", "memory_utilization_pct", "temperature_c"}
+    strip = [{k: v for k, v in gpu.items() if k not in moving} for gpu in with_header["gpus"]]
+    assert strip == [{k: v for k, v in gpu.items() if k not in moving} for gpu in bare["gpus"]]
+
+
+def test_real_idle_h200() -> None:
+    (gpu,) = parse_health((HEALTH / "query-health.csv").read_text().splitlines())["gpus"]
+    assert gpu["pcie"] == {"gen": 5, "gen_max": 5, "width": 16, "width_max": 16}
+    assert (gpu["memory_total_mib"], gpu["memory_reserved_mib"], gpu["memory_used_mib"]) == (
+        143771,
+        616,
+        0,
+    )
+    assert (gpu["power_w"], gpu["power_limit_w"], gpu["temperature_c"]) == (89.13, 700.0, 39)
+    assert gpu["clocks_mhz"] == {"sm": 345, "sm_max": 1980, "memory": 3201, "memory_max": 3201}
+    assert gpu["clock_events"] == ["gpu_idle"] and gpu["throttle"] == []
+    assert gpu["ecc"] == {"mode": "Enabled", "corrected_volatile": 0, "uncorrected_volatile": 0,
+                          "corrected_aggregate": 0, "uncorrected_aggregate": 0}  # fmt: skip
+    assert gpu["pstate"] == "P0" and gpu["utilization_pct"] == 0
+
+
+def test_real_h200_under_load_runs_at_its_power_cap_without_throttling() -> None:
+    (gpu,) = parse_health((HEALTH / "query-health-load.csv").read_text().splitlines())["gpus"]
+    assert (gpu["utilization_pct"], gpu["power_w"], gpu["clocks_mhz"]["sm"]) == (100, 693.3, 1470)
+    assert gpu["clock_events"] == ["sw_power_cap"] and gpu["throttle"] == []
+
+
+def test_the_fact_asks_with_a_header() -> None:
+    assert "--format=csv,nounits " in GpuHealth().command()
+    assert f"--query-gpu={HEALTH_QUERY} " in GpuHealth().command()
