@@ -13,10 +13,10 @@ Printed: each phase, both totals, and LAST the ratio ``ratio serve-to-ready/benc
 the first completion). Near 1 means the engine dominates; far above 1 means the server's own
 start is worth looking at.
 
-    .venv/bin/python benchmarks/startup_phases.py [--vllm-python PATH] [--port 18619]
+    .venv/bin/python benchmarks/startup_phases.py [--vllm-python PATH] [--port N]
 
 Needs the CPU vLLM (``FLEET_VLLM_PYTHON``, default /work/main/.venv-vllm/bin/python); uses one
-loopback port (default 18619, in the monitoring block of tests/support/e2e.py's port plan).
+free loopback port.
 """
 
 from __future__ import annotations
@@ -37,6 +37,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from cli.bench.tunnel import free_port  # noqa: E402
 from cli.status.startup import PHASES, starts  # noqa: E402
 
 ARCHIVE = ROOT / "testmodel" / "tiny-llama.tar.gz"
@@ -134,12 +135,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--vllm-python", default=os.environ.get(
         "FLEET_VLLM_PYTHON", "/work/main/.venv-vllm/bin/python"))  # fmt: skip
-    parser.add_argument("--port", type=int, default=18619)
+    parser.add_argument("--port", type=int, default=0, help="loopback port (default: a free one)")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="startup-phases-") as name:
         tmp = Path(name)
         model = unpack(tmp / "model")
-        lines = serve(args.vllm_python, model, args.port, tmp)
+        lines = serve(args.vllm_python, model, args.port or free_port(), tmp)
         (start,) = starts(lines)[-1:]
         figures = bench_startup(args.vllm_python, model, tmp)
     print("phases of the served start (s):")

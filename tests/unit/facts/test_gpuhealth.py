@@ -173,3 +173,15 @@ def test_real_h200_under_load_runs_at_its_power_cap_without_throttling() -> None
 def test_the_fact_asks_with_a_header() -> None:
     assert "--format=csv,nounits " in GpuHealth().command()
     assert f"--query-gpu={HEALTH_QUERY} " in GpuHealth().command()
+
+
+def test_standin_answers_the_facts_own_command(tmp_path: Path) -> None:
+    """What drift, verify and status run on a stand-in host: the header form, with units."""
+    root = machine(tmp_path, busy=True)
+    words = GpuHealth().command().split(" 2>&1")[0].split()[1:]
+    output = standin(root, *words)
+    assert output.splitlines()[0].startswith("index, pci.bus_id, pstate, pcie.link.gen.current")
+    report = GpuHealth().process(output.splitlines())
+    assert report["error"] is None
+    assert [g["memory_used_mib"] for g in report["gpus"]] == [1551, 2575]
+    assert [g["power_w"] for g in report["gpus"]] == [120.66, 120.66]
