@@ -100,12 +100,14 @@ def exit_status(status: FleetStatus) -> int:
     return 2 if down or any(row.problems for row in status.gpus) else 0
 
 
-def to_json(status: FleetStatus, started: dict[str, list[Start]] | None) -> str:
+def to_json(
+    status: FleetStatus, started: dict[str, list[Start]] | None, indent: int | None = 2
+) -> str:
     """The report as JSON (``startup`` only with ``--startup``)."""
     data = status.to_json()
     if started is not None:
         data["startup"] = {name: [s.to_json() for s in kept] for name, kept in started.items()}
-    return json.dumps(data, indent=2)
+    return json.dumps(data, indent=indent)
 
 
 def _render(status: FleetStatus, started: dict[str, list[Start]], args: Any) -> Group:
@@ -125,8 +127,18 @@ def cmd_status(args: Any) -> int:
         for problem in error.problems:
             err.print(f"  {problem}", markup=False, soft_wrap=True)
         return 1
-    if args.json and not args.watch:
-        print(to_json(status, started if args.startup else None))
+    if args.json:
+        # one JSON document per reading (with --watch: one per line, for a pipe)
+        print(
+            to_json(status, started if args.startup else None, indent=None if args.watch else 2),
+            flush=True,
+        )
+        refreshes = 1
+        while args.watch and (args.count is None or refreshes < args.count):
+            time.sleep(args.interval)
+            status, started = collect(args, history)
+            print(to_json(status, started if args.startup else None, indent=None), flush=True)
+            refreshes += 1
         return exit_status(status)
     if not args.watch:
         out.print(_render(status, started, args))
@@ -136,8 +148,6 @@ def cmd_status(args: Any) -> int:
         while args.count is None or refreshes < args.count:
             time.sleep(args.interval)
             status, started = collect(args, history)
-            if args.json:
-                print(to_json(status, started if args.startup else None), flush=True)
             live.update(_render(status, started, args), refresh=True)
             refreshes += 1
     return exit_status(status)

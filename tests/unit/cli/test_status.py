@@ -270,3 +270,11 @@ def test_real_h200_under_load_is_healthy_at_its_power_limit(plans) -> None:
     (gpu,) = status.gpus
     assert (gpu.utilization_pct, gpu.power_pct, gpu.clock_events) == (100, 99.0, ["sw_power_cap"])
     assert gpu.levels["power_pct"] == OK and gpu.problems == [] and gpu.throttle == []
+
+
+def test_cli_watch_json_prints_one_document_per_reading(unreachable: Path, capsys) -> None:
+    code = cli.main(["status", str(unreachable), "--watch", "--json", "--count", "2",
+                     "--interval", "0.1", "--host", "gone-1"])  # fmt: skip
+    readings = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert code == 2 and len(readings) == 2
+    assert all(r["servers"][0]["health"] == "down" for r in readings)
