@@ -22,7 +22,7 @@ from cli.status.model import DOWN, UP, FleetStatus, judge_server
 
 #: ServerRow field → PromQL, each answering one series per (host, server).
 QUERIES = {
-    "up": 'up{server!=""}',
+    "up": 'up{job="vllm"}',
     "running": "sum by (host, server) (vllm:num_requests_running)",
     "waiting": "sum by (host, server) (vllm:num_requests_waiting)",
     "kv_cache_pct": "100 * max by (host, server) (vllm:kv_cache_usage_perc)",
