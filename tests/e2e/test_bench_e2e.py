@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from cli.status.startup import starts
 from tests.support import e2e
 
 pytestmark = pytest.mark.e2e
@@ -170,6 +171,9 @@ def test_status_startup_cuts_the_last_start_into_phases(deployed: Path, ladder) 
         assert phases[phase] is not None and phases[phase] >= 0, (phase, phases)
     assert phases["CUDA graph capture"] is None  # the CPU build captures no graph
     assert 5 < start["total_s"] < 600
+    journal = e2e.on_host("journalctl -u vllm-bench.service -o short-iso-precise --no-pager")
+    print("=== journal of vllm-bench.service ===\n" + journal.stdout)  # pytest -rP shows it
+    assert starts(journal.stdout.splitlines())[-1].to_json() == start
 
 
 def test_stopped_server_shows_as_down(deployed: Path, ladder) -> None:
