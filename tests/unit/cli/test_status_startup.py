@@ -12,6 +12,7 @@ import pytest
 from cli.status.startup import PHASES, split_line, starts
 
 LOG = Path(__file__).resolve().parents[2] / "data" / "vllm-startup" / "cpu-v032-tiny.log"
+DATA_JOURNAL = LOG.with_name("sandbox-cpu-v032-bench.journal.txt")
 REAL = LOG.read_bytes().decode().rstrip("\n").split("\n")  # tqdm's "\r" stays inside its line
 
 
@@ -99,3 +100,17 @@ def test_gpu_start_splits_graph_capture_from_kv_cache() -> None:
 def test_lines_without_a_timestamp_are_skipped() -> None:
     assert split_line("-- No entries --") is None
     assert starts(["-- No entries --"]) == []
+
+
+def test_real_journal_of_a_deployed_server() -> None:
+    """``journalctl -u vllm-bench.service -o short-iso-precise`` on the e2e sandbox host, after
+    the deploy (its readiness check is the first completion) and the bench ladder."""
+    journal = DATA_JOURNAL.read_bytes().decode().split("\n")
+    (start,) = starts(journal)
+    assert start.began_at.startswith("2026-12-01T12:35:58") and start.version == "0.32.0"
+    assert start.phases == {
+        "process start": 27.9, "weight loading": 0.07, "compile + profile": 0.73,
+        "KV cache + warmup": 0.49, "CUDA graph capture": None, "API server": 0.88,
+        "first completion": 0.5,
+    }  # fmt: skip
+    assert start.total_s == 30.57
