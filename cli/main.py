@@ -28,6 +28,7 @@ from cli.drift.command import add_parser as add_drift_parser
 from cli.models import add_parser as add_models_parser
 from cli.planplace import cmd_plan_place
 from cli.planview import reasons, tables
+from cli.status.command import add_parser as add_status_parser
 from fleet.inventory import DEFAULT_FLEET, fleet_path, plan_of
 from fleet.load import load_fleet
 from fleet.plan import plan_fleet
@@ -291,6 +292,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_bench_parser(sub, default)
     add_drift_parser(sub, default)
     add_models_parser(sub, default)
+    add_status_parser(sub, default)
 
     schema = sub.add_parser("schema", help="print the fleet file's JSON Schema")
     schema.set_defaults(func=cmd_schema)

@@ -21,6 +21,7 @@ from collections.abc import Iterator
 from fleet import gpus as gpu_table
 from fleet import releases
 from fleet.flags import flag_problems, flag_warnings
+from fleet.numa import numa_problems, numa_warnings
 from fleet.plan import chunked_prefill, plan_fleet, utilization
 from fleet.problems import Finding, suggest
 from fleet.spec import MIN_DRIVER_FOR_VARIANT, Fleet, Host, Server, Variant
@@ -49,6 +50,7 @@ def check_fleet(fleet: Fleet) -> Iterator[Finding]:
                     )
                 else:
                     sandbox_ports[server.port] = (name, server_name)
+    yield from numa_problems(fleet)
 
 
 def _check_host(fleet: Fleet, name: str, host: Host) -> Iterator[Finding]:
@@ -425,6 +427,7 @@ def check_warnings(fleet: Fleet) -> Iterator[Finding]:
             else:
                 hint = f"no better set of GPUs on this host: expect {traffic} over PCIe"
             yield (("hosts", name, "servers", server_name, "gpus"), message, hint)
+    yield from numa_warnings(fleet)
 
 
 def check_capacity(fleet: Fleet) -> Iterator[Finding]:

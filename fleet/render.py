@@ -19,6 +19,7 @@ from collections.abc import Callable
 from fleet.checks import deploy_refusal
 from fleet.hostplan import HostPlan, ServerUnit
 from fleet.modelplan import model_plan
+from fleet.numa import server_binding
 from fleet.paths import (
     NVIDIA_DEVICES,
     SERVICE_USER,
@@ -162,6 +163,7 @@ def render_unit(fleet: Fleet, host_name: str, name: str) -> str:
         str(server.port),
         *vllm_args(server),
     ]
+    numa, numa_note = server_binding(host, server)
     return template("vllm-server.service.j2").render(
         host_name=host_name,
         server_name=name,
@@ -183,6 +185,8 @@ def render_unit(fleet: Fleet, host_name: str, name: str) -> str:
             if host.vllm.variant is not Variant.cpu
             else []
         ),
+        numa=numa,
+        numa_note=numa_note,
     )
 
 
