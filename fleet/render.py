@@ -15,6 +15,7 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 
 from fleet.checks import deploy_refusal
 from fleet.hostplan import GroupPlan, HostPlan, ServerUnit
@@ -375,5 +376,5 @@ def host_plan(
         models=tuple(model_plan(name, fleet.models[name], secrets) for name in models),
         servers=tuple(server_unit(fleet, host_name, name, secrets) for name in host.servers)
         + tuple(member_unit(fleet, head, name, member, secrets) for head, name, member in joined),
-        stack=stack_plan(host),
+        stack=replace(stack_plan(host), serves=True) if joined else stack_plan(host),
     )

@@ -24,7 +24,9 @@ Example:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
+import signal
 import sys
 import threading
 import time
@@ -45,8 +47,13 @@ SETTLE = 10.0
 
 
 def _leave(message: str) -> None:
+    """Say why, end the member's whole process tree (vLLM's engine and workers hold the
+    group's ports), and exit: ``Restart=always`` starts the member again."""
     print(f"vllm_serve: {message}; exiting so that systemd restarts this member",
           file=sys.stderr, flush=True)
+    for pid in descendants(os.getpid()) - {os.getpid()}:
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
     os._exit(3)
 
 
