@@ -28,7 +28,6 @@ from fleet.multinode import (
     head_address,
     member_env,
     member_flags,
-    ports,
     settings,
 )
 from fleet.paths import (
@@ -266,7 +265,8 @@ def group_plan(fleet: Fleet, head: str, name: str, member: Member) -> GroupPlan 
         rank=member.rank,
         launcher=group.launcher.value,
         head_address=head_address(fleet, head, server),
-        join_port=next(iter(ports(server, "head").values())),
+        join_port=group.ray_port if group.launcher.value == "ray" else (
+            group.dp_rpc_port if server.dp > 1 else group.master_port),
         join_timeout=group.join_timeout,
         revision=group_revision(parts),
     )
@@ -275,13 +275,22 @@ def group_plan(fleet: Fleet, head: str, name: str, member: Member) -> GroupPlan 
 def member_command(fleet: Fleet, head: str, name: str, member: Member,
                    words: list[str]) -> list[str]:
     """The command line of a group member: vLLM's words (``--model …``) with the member's
-    flags, run by :data:`SERVE_SCRIPT` with its watch (native launcher), or by the usual server
-    module (Ray: the head alone runs vLLM)."""
+    flags, run by :data:`SERVE_SCRIPT` with its watch (native launcher); Ray: the head runs the
+    usual server module, a worker only ``ray start --address`` (this version renders but does
+    not deploy Ray, and renders no Ray head unit: docs/multinode.md)."""
     server = fleet.hosts[head].servers[name]
     group = group_plan(fleet, head, name, member)
     assert group is not None
     words = [*words, *member_flags(fleet, head, name, member.rank)]
     python = f"{VENV_DIR}/bin/python"
+    if group.launcher == "ray" and member.rank:
+        ray = settings(server)
+        return [f"{VENV_DIR}/bin/ray", "start", "--block", "--address",
+                f"{group.head_address}:{group.join_port}",
+                "--node-manager-port", str(ray.ray_node_manager_port),
+                "--object-manager-port", str(ray.ray_object_manager_port),
+                "--min-worker-port", str(ray.ray_min_worker_port),
+                "--max-worker-port", str(ray.ray_max_worker_port)]
     if group.launcher == "ray":
         return [python, "-m", server_module(fleet.hosts[head].vllm.version), *words]
     if server.dp > 1:
