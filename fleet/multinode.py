@@ -14,7 +14,7 @@ Example:
     >>> [m.host for m in group_members(fleet, "hgx-h200-01", "deepseek")]
     ['hgx-h200-01', 'hgx-h200-02']
     >>> member_flags(fleet, "hgx-h200-01", "deepseek", 1)[:6]
-    ['--nnodes', '2', '--node-rank', '1', '--master-addr', 'hgx-h200-01.example.internal']
+    ['--nnodes', '2', '--node-rank', '1', '--master-addr', '10.10.0.1']
 """
 
 from __future__ import annotations
