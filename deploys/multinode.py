@@ -81,6 +81,7 @@ def group_members(
     checker = uploaded["check_ready"][0]
     program_ops = [op for name in ("vllm_serve", "wait_joined", "wait_healthy")
                    for op in uploaded[name][1]]
+    changes: dict[str, list[OperationMeta]] = {}
     restart: dict[str, OperationMeta] = {}
     started: dict[str, OperationMeta] = {}
     for entry in entries:
@@ -100,16 +101,17 @@ def group_members(
             user="root", group="root", mode="644",
         )
         systemd.daemon_reload(name=f"Reload systemd for {entry.unit}", _if=unit_op.did_change)
-        restart[entry.name] = any_changed(env_op, unit_op, *program_ops,
-                                          *changed.get(entry.name, []))
+        changes[entry.name] = [env_op, unit_op, *program_ops, *changed.get(entry.name, [])]
     for entry in entries:
         if entry.role == "worker":
-            member_restarted(name=f"Restart {entry.unit} ({_member(entry)}) without waiting",
-                             unit=entry.unit, _if=restart[entry.name])
+            restart[entry.name] = member_restarted(
+                name=f"Restart {entry.unit} ({_member(entry)}) without waiting",
+                unit=entry.unit, _if=any_changed(*changes[entry.name]))
     for entry in entries:
         if entry.role == "head":
-            member_restarted(name=f"Restart {entry.unit} ({_member(entry)}) without waiting",
-                             unit=entry.unit, _if=restart[entry.name])
+            restart[entry.name] = member_restarted(
+                name=f"Restart {entry.unit} ({_member(entry)}) without waiting",
+                unit=entry.unit, _if=any_changed(*changes[entry.name]))
     for entry in entries:
         started[entry.name] = systemd.service(
             name=f"Enable and start {entry.unit}", service=entry.unit, running=True,
