@@ -40,6 +40,7 @@ from fleet.fields import (
     EnvName,
     HfRepo,
     HostAddress,
+    InterfaceName,
     LocalPath,
     OneLine,
     OptionWord,
@@ -684,6 +685,10 @@ RESERVED_ARGS = {
     "host": "the server's host key",
     "served-model-name": "the server's served_model_name key",
     "api-key": "the server's api_key key (a secret reference)",
+    **dict.fromkeys(
+        ["nnodes", "node-rank", "master-addr", "master-port", "headless"],
+        "worker_hosts and multinode (each member's unit gets its own)",
+    ),
 }
 
 
@@ -752,6 +757,65 @@ def human_int(text: str) -> int | None:
     return int(text) if re.fullmatch(r"[0-9]{1,18}", text) else None
 
 
+class Launcher(str, Enum):
+    """How a server across hosts forms its group: vLLM's own launcher or a Ray cluster."""
+
+    native = "native"
+    ray = "ray"
+
+
+class MultiNode(Strict):
+    """How the members of a server across hosts (its host and ``worker_hosts``) find each other.
+
+    Example:
+        >>> MultiNode().launcher.value, MultiNode().master_port
+        ('native', 29500)
+    """
+
+    launcher: Launcher = Field(
+        Launcher.native,
+        description="native: vLLM's own launcher (--nnodes/--node-rank/--master-addr, "
+        "--headless on the workers, torch.distributed); ray: a Ray cluster (ray start --head on "
+        "this host, ray start --address on the workers, --distributed-executor-backend ray).",
+    )
+    head_address: HostAddress | None = Field(
+        None,
+        description="Address the workers reach this host at (master address, data-parallel "
+        "address, Ray head); defaults to the host's address (127.0.0.1 for sandbox hosts).",
+    )
+    interface: InterfaceName | None = Field(
+        None,
+        description="Network interface the group talks over on every member "
+        "(NCCL_SOCKET_IFNAME, GLOO_SOCKET_IFNAME; Ray's node IP is its address).",
+    )
+    master_port: int = Field(
+        29500, ge=1024, le=65535,
+        description="torch.distributed rendezvous port on the head (native launcher).",
+    )
+    dp_rpc_port: int = Field(
+        13345, ge=1024, le=65535,
+        description="Data-parallel RPC port on the head (native launcher, data-parallel-size > 1).",
+    )
+    ray_port: int = Field(6379, ge=1024, le=65535, description="Ray GCS port on the head.")
+    ray_node_manager_port: int = Field(
+        6380, ge=1024, le=65535, description="Ray node manager port on every member."
+    )
+    ray_object_manager_port: int = Field(
+        6381, ge=1024, le=65535, description="Ray object manager port on every member."
+    )
+    ray_min_worker_port: int = Field(
+        10002, ge=1024, le=65535, description="First port of Ray's worker range on every member."
+    )
+    ray_max_worker_port: int = Field(
+        10999, ge=1024, le=65535, description="Last port of Ray's worker range on every member."
+    )
+    join_timeout: int = Field(
+        600, ge=10, le=7200,
+        description="Seconds the deploy waits for every member to join before failing, naming "
+        "the member that did not.",
+    )
+
+
 class Server(Strict):
     """One vLLM server: one systemd unit."""
 
@@ -801,6 +865,11 @@ class Server(Strict):
         max_length=63,
         description="Other hosts that join this server as Ray workers with the same GPU "
         "indices (pipeline parallel across nodes); this host runs the server (the Ray head).",
+    )
+    multinode: MultiNode | None = Field(
+        None,
+        description="How the members of a server across hosts (worker_hosts) form one group: "
+        "launcher, head address, network interface, ports, join timeout.",
     )
 
     @field_validator("args")
