@@ -124,7 +124,9 @@ def test_a_server_across_hosts_over_ray_is_a_located_warning() -> None:
 def test_a_server_across_hosts_with_the_native_launcher_has_no_warning() -> None:
     found: list = []
     load_fleet(EXAMPLE, warnings=found)
-    assert found == []
+    # TP 8 over an HGX board's two sockets is the one warning: no NUMA binding (fleet.numa).
+    assert [p.message for p in found if "NUMA" not in p.message] == []
+    assert all(p.path[-1] == "gpus" or "NUMA" in p.message for p in found)
 
 
 @pytest.mark.parametrize("command", ["check", "plan"])
