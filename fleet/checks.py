@@ -21,6 +21,7 @@ from collections.abc import Iterator
 from fleet import gpus as gpu_table
 from fleet import releases
 from fleet.flags import flag_problems, flag_warnings
+from fleet.monitoring import check_monitoring
 from fleet.plan import chunked_prefill, plan_fleet, utilization
 from fleet.problems import Finding, suggest
 from fleet.spec import MIN_DRIVER_FOR_VARIANT, Fleet, Host, Server, Variant
@@ -46,6 +47,7 @@ def check_fleet(fleet: Fleet) -> Iterator[Finding]:
                     )
                 else:
                     sandbox_ports[server.port] = (name, server_name)
+    yield from check_monitoring(fleet)
 
 
 def _check_host(fleet: Fleet, name: str, host: Host) -> Iterator[Finding]:
