@@ -28,16 +28,30 @@ from dataclasses import dataclass, field
 
 import yaml
 
+from fleet.hostplan import GpuMetricsUnit, MonitoringPlan, PrometheusPlan, ServiceDropin
 from fleet.paths import (
     ALERTMANAGER_CONFIG,
     ALERTMANAGER_DATA,
+    ALERTMANAGER_DROPIN,
+    GPU_METRICS_UNIT,
+    GPU_TEXTFILE,
+    NODE_EXPORTER_DROPIN,
+    NVIDIA_DEVICES,
     PROMETHEUS_CONFIG,
     PROMETHEUS_DATA,
+    PROMETHEUS_DIR,
+    PROMETHEUS_DROPIN,
     PROMETHEUS_RULES_NAME,
+    PROMETHEUS_STAGING,
     TEXTFILE_DIR,
+    UNIT_DIR,
+    gpu_device,
+    program_command,
 )
 from fleet.problems import Finding, suggest
+from fleet.quoting import systemd_quote
 from fleet.spec import Fleet, Host, HostExporters, Monitoring
+from fleet.templating import template
 
 # --------------------------------------------------------------------------------------------
 # Where Prometheus is (the interface of `fleet status`)
@@ -909,3 +923,107 @@ def _check_retention(fleet: Fleet, monitoring: Monitoring) -> Iterator[Finding]:
             f"sample), more than disk_gib {_num(server.disk_gib)}",
             f"keep {days} days or fewer, or cap the size with retention_gib",
         )
+
+
+# --------------------------------------------------------------------------------------------
+# The host plan's monitoring part
+# --------------------------------------------------------------------------------------------
+
+#: Seconds between two nvidia-smi queries of the GPU textfile feeder.
+GPU_QUERY_INTERVAL_S = 15
+
+
+def exec_start(argv: list[str]) -> str:
+    """An ExecStart= value, each word quoted for systemd."""
+    return " ".join(systemd_quote(word) for word in argv)
+
+
+def monitoring_plan(fleet: Fleet, host_name: str) -> MonitoringPlan | None:
+    """What monitoring host ``host_name`` runs; None when the fleet has no monitoring (the
+    deploy then retires whatever monitoring vllm-fleet installed there before).
+
+    Example:
+        >>> from fleet.spec import Fleet
+        >>> fleet = Fleet.model_validate({"version": 1, "monitoring": {"host": "a"}, "hosts": {
+        ...     "a": {"address": "sandbox", "vllm": {"version": "0.32.0", "variant": "cpu"}}}})
+        >>> plan = monitoring_plan(fleet, "a")
+        >>> plan.node_exporter.package, plan.prometheus.service.unit, plan.gpu_metrics
+        ('prometheus-node-exporter=1.5.0-1+b6', 'prometheus.service', None)
+    """
+    monitoring = fleet.monitoring
+    if monitoring is None:
+        return None
+    exporters = host_exporters(fleet, host_name)
+    versions = monitoring.versions
+    node = ServiceDropin(
+        package=f"prometheus-node-exporter={versions.node_exporter}",
+        unit="prometheus-node-exporter.service",
+        path=NODE_EXPORTER_DROPIN,
+        text=template("prometheus-node-exporter.conf.j2").render(
+            exec_start=exec_start(node_exporter_argv(exporters)), textfile_dir=TEXTFILE_DIR
+        ),
+    )
+    gpu = None
+    if exporters.gpu == "textfile":
+        host = fleet.hosts[host_name]
+        argv = program_command(
+            "gpu_metrics",
+            "--out",
+            GPU_TEXTFILE,
+            "--interval",
+            str(GPU_QUERY_INTERVAL_S),
+            python="/usr/bin/python3",
+        )
+        devices = [*NVIDIA_DEVICES, *(gpu_device(i) for i in range(host.gpus.count))]
+        gpu = GpuMetricsUnit(
+            unit=GPU_METRICS_UNIT,
+            unit_path=f"{UNIT_DIR}/{GPU_METRICS_UNIT}",
+            unit_text=template("vllm-fleet-gpu-metrics.service.j2").render(
+                exec_start=exec_start(argv),
+                interval=GPU_QUERY_INTERVAL_S,
+                textfile=GPU_TEXTFILE,
+                textfile_dir=TEXTFILE_DIR,
+                devices=devices,
+            ),
+            textfile=GPU_TEXTFILE,
+        )
+    prometheus = None
+    if host_name == monitoring.host:
+        prometheus = _prometheus_plan(fleet, monitoring)
+    return MonitoringPlan(
+        node_exporter=node, textfile_dir=TEXTFILE_DIR, gpu_metrics=gpu, prometheus=prometheus
+    )
+
+
+def _prometheus_plan(fleet: Fleet, monitoring: Monitoring) -> PrometheusPlan:
+    server = monitoring.prometheus
+    service = ServiceDropin(
+        package=f"prometheus={monitoring.versions.prometheus}",
+        unit="prometheus.service",
+        path=PROMETHEUS_DROPIN,
+        text=template("prometheus.conf.j2").render(
+            exec_start=exec_start(prometheus_argv(monitoring)), data_dir="/var/lib/prometheus"
+        ),
+    )
+    manager = None
+    if monitoring.alertmanager is not None:
+        manager = ServiceDropin(
+            package=f"prometheus-alertmanager={monitoring.versions.alertmanager}",
+            unit="prometheus-alertmanager.service",
+            path=ALERTMANAGER_DROPIN,
+            text=template("prometheus-alertmanager.conf.j2").render(
+                exec_start=exec_start(alertmanager_argv(monitoring)), data_dir="/var/lib/prometheus"
+            ),
+        )
+    local = _bracket(_local_address(server.bind))
+    return PrometheusPlan(
+        service=service,
+        config_text=prometheus_config(fleet),
+        rules_text=rules_text(fleet),
+        config_dir=PROMETHEUS_DIR,
+        staging_dir=PROMETHEUS_STAGING,
+        ready_url=f"http://{local}:{server.port}/-/ready",
+        alertmanager=manager,
+        alertmanager_config_path=ALERTMANAGER_CONFIG if manager else None,
+        alertmanager_config_text=alertmanager_config() if manager else None,
+    )

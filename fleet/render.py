@@ -19,6 +19,7 @@ from collections.abc import Callable
 from fleet.checks import deploy_refusal
 from fleet.hostplan import HostPlan, ServerUnit
 from fleet.modelplan import model_plan
+from fleet.monitoring import monitoring_plan
 from fleet.paths import (
     NVIDIA_DEVICES,
     SERVICE_USER,
@@ -249,4 +250,5 @@ def host_plan(
         models=tuple(model_plan(name, fleet.models[name], secrets) for name in models),
         servers=tuple(server_unit(fleet, host_name, name, secrets) for name in host.servers),
         stack=stack_plan(host),
+        monitoring=monitoring_plan(fleet, host_name),
     )
