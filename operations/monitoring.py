@@ -119,4 +119,7 @@ def monitoring_retired(keep: list[str]):
                 QuoteString(package),
             )  # fmt: skip
         yield StringCommand("rm", "-rf", QuoteString(marker), *[QuoteString(p) for p in extra])
+        if marker.endswith(".conf"):  # a drop-in: its folder goes too, when nothing else is in it
+            folder = marker.rsplit("/", 1)[0]
+            yield StringCommand("rmdir", "--ignore-fail-on-non-empty", QuoteString(folder))
     yield StringCommand("systemctl", "daemon-reload")

@@ -63,6 +63,7 @@ def test_retires_only_what_vllm_fleet_installed_and_the_fleet_dropped():
         "DEBIAN_FRONTEND=noninteractive apt-get remove -y -q prometheus",
         f"rm -rf {PROMETHEUS_DROPIN} /etc/prometheus/vllm-fleet "
         "/var/lib/vllm-fleet/prometheus-staged",
+        "rmdir --ignore-fail-on-non-empty /etc/systemd/system/prometheus.service.d",
         "systemctl daemon-reload",
     ]
 
