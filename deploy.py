@@ -9,6 +9,7 @@ Run it with the fleet inventory, which validates the fleet file before any host 
 from deploys.cuda import cuda
 from deploys.host_tuning import host_tuning
 from deploys.models import models
+from deploys.monitoring import monitoring
 from deploys.nvidia import nvidia
 from deploys.os_tuning import os_tuning
 from deploys.plan import current_plan
@@ -29,3 +30,5 @@ if current_plan().stack.serves:
     services(
         venv_changed=venv_changed, models_changed=models_changed, limits_changed=limits_changed
     )
+# Prometheus and its exporters (and what the fleet file no longer has of them, removed).
+monitoring()

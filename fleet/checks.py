@@ -21,6 +21,7 @@ from collections.abc import Iterator
 from fleet import gpus as gpu_table
 from fleet import releases
 from fleet.flags import flag_problems, flag_warnings
+from fleet.monitoring import check_monitoring
 from fleet.multinode import check_group
 from fleet.numa import numa_problems, numa_warnings
 from fleet.plan import chunked_prefill, plan_fleet, utilization
@@ -52,6 +53,7 @@ def check_fleet(fleet: Fleet) -> Iterator[Finding]:
                 else:
                     sandbox_ports[server.port] = (name, server_name)
     yield from numa_problems(fleet)
+    yield from check_monitoring(fleet)
 
 
 def _check_host(fleet: Fleet, name: str, host: Host) -> Iterator[Finding]:

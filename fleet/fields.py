@@ -257,3 +257,20 @@ HfRepo = Annotated[str, AfterValidator(_hf_repo)]
 OptionWord = Annotated[str, AfterValidator(option_word)]
 OneLine = Annotated[str, AfterValidator(_one_line)]
 InterfaceName = Annotated[str, AfterValidator(_interface)]
+
+
+def _bind_address(value: str) -> str:
+    """An IP address to listen on (``127.0.0.1``, ``0.0.0.0``, ``::1``): nothing else."""
+    refuse_control(value, "the bind address")
+    try:
+        ipaddress.ip_address(value)
+    except ValueError:
+        raise ValueError(
+            f"{value!r} is not an IP address to listen on: write 127.0.0.1 (this host only) "
+            "or 0.0.0.0 (every interface)"
+        ) from None
+    return value
+
+
+#: An IP address a service listens on (Prometheus, its exporters).
+BindAddress = Annotated[str, AfterValidator(_bind_address)]

@@ -324,6 +324,73 @@ class StackPlan:
 # --------------------------------------------------------------------------------------------
 
 
+# --------------------------------------------------------------------------------------------
+# Monitoring (fleet/monitoring.py decides it)
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ServiceDropin:
+    """A drop-in over a Debian package's unit: the package (pinned), its unit, the drop-in.
+
+    + package: ``name=version`` for apt; unit: the package's unit; path, text: the drop-in
+    """
+
+    package: str
+    unit: str
+    path: str
+    text: str
+
+    @property
+    def package_name(self) -> str:
+        """The package without its version: ``prometheus=2.42.0+ds-5`` → ``prometheus``."""
+        return self.package.split("=", 1)[0]
+
+
+@dataclass(frozen=True)
+class GpuMetricsUnit:
+    """The unit that feeds nvidia-smi queries to the node exporter's textfile collector."""
+
+    unit: str
+    unit_path: str
+    unit_text: str
+    textfile: str
+
+
+@dataclass(frozen=True)
+class PrometheusPlan:
+    """The Prometheus server of the fleet (on its monitoring host).
+
+    + service: Debian's prometheus package and the drop-in with the fleet's command line
+    + config_text, rules_text: prometheus.yml and the rules file, rendered from the fleet
+    + config_dir: where they live; staging_dir: where a new pair waits for promtool
+    + ready_url: Prometheus's readiness endpoint, as reached on its host
+    + alertmanager: its drop-in, with the configuration's path and text (None: not run)
+    """
+
+    service: ServiceDropin
+    config_text: str
+    rules_text: str
+    config_dir: str
+    staging_dir: str
+    ready_url: str
+    alertmanager: ServiceDropin | None = None
+    alertmanager_config_path: str | None = None
+    alertmanager_config_text: str | None = None
+
+
+@dataclass(frozen=True)
+class MonitoringPlan:
+    """What monitoring a host runs: the node exporter always, GPU metrics where the host feeds
+    them through the textfile collector, Prometheus on the monitoring host.
+    """
+
+    node_exporter: ServiceDropin
+    textfile_dir: str
+    gpu_metrics: GpuMetricsUnit | None = None
+    prometheus: PrometheusPlan | None = None
+
+
 @dataclass(frozen=True)
 class HostPlan:
     """Everything the deploys need for one host (``host.data.fleet``).
@@ -363,6 +430,7 @@ class HostPlan:
     models_dir: str = MODELS_DIR
     env_dir: str = ENV_DIR
     unit_dir: str = UNIT_DIR
+    monitoring: MonitoringPlan | None = None
 
     @property
     def python_bin(self) -> str:

@@ -20,6 +20,7 @@ from dataclasses import replace
 from fleet.checks import deploy_refusal
 from fleet.hostplan import GroupPlan, HostPlan, ServerUnit
 from fleet.modelplan import model_plan
+from fleet.monitoring import monitoring_plan
 from fleet.multinode import (
     Member,
     group_members,
@@ -390,4 +391,5 @@ def host_plan(
         servers=tuple(server_unit(fleet, host_name, name, secrets) for name in host.servers)
         + tuple(member_unit(fleet, head, name, member, secrets) for head, name, member in joined),
         stack=replace(stack_plan(host), serves=True) if joined else stack_plan(host),
+        monitoring=monitoring_plan(fleet, host_name),
     )

@@ -37,6 +37,7 @@ from pydantic import (
 
 from fleet import gpus as gpu_table
 from fleet.fields import (
+    BindAddress,
     EnvName,
     HfRepo,
     HostAddress,
@@ -1024,6 +1025,100 @@ class Server(Strict):
         return str(self.args.get("kv-cache-dtype", "auto"))
 
 
+# --------------------------------------------------------------------------------------------
+# Monitoring (Prometheus from Debian's packages, its exporters, alert thresholds)
+# --------------------------------------------------------------------------------------------
+
+#: Debian 12 (bookworm) versions of the monitoring packages, the defaults of ``versions``.
+PROMETHEUS_DEBIAN = "2.42.0+ds-5+deb12u1"
+NODE_EXPORTER_DEBIAN = "1.5.0-1+b6"
+ALERTMANAGER_DEBIAN = "0.25.0-1+b4"
+DEBIAN_VERSION = r"^[0-9][A-Za-z0-9.+~:-]{0,63}$"
+
+
+class MonitoringVersions(Strict):
+    """Exact package versions of the monitoring parts (held; never "latest")."""
+
+    prometheus: str = Field(PROMETHEUS_DEBIAN, pattern=DEBIAN_VERSION,
+                            description="Version of the prometheus package (with promtool).")
+    node_exporter: str = Field(NODE_EXPORTER_DEBIAN, pattern=DEBIAN_VERSION,
+                               description="Version of the prometheus-node-exporter package.")
+    alertmanager: str = Field(ALERTMANAGER_DEBIAN, pattern=DEBIAN_VERSION,
+                              description="Version of the prometheus-alertmanager package.")
+
+
+class PrometheusServer(Strict):
+    """The Prometheus server: where it listens and how much it keeps."""
+
+    port: int = Field(9090, ge=1, le=65535, description="Port of Prometheus's web UI and API.")
+    bind: BindAddress = Field(
+        "127.0.0.1",
+        description="Address Prometheus listens on; its API has no authentication, so the "
+        "default is this host only (0.0.0.0: every interface).",
+    )
+    retention_days: int = Field(
+        15, ge=1, le=3650, description="Days of samples kept (--storage.tsdb.retention.time)."
+    )
+    retention_gib: float | None = Field(
+        None, gt=0, le=1_000_000,
+        description="Most GiB of samples kept (--storage.tsdb.retention.size); oldest go first.",
+    )
+    disk_gib: float | None = Field(
+        None, gt=0, le=1_000_000,
+        description="GiB free for the TSDB on the Prometheus host (/var/lib/prometheus): when "
+        "given, fleet check refuses a retention that cannot fit.",
+    )
+    scrape_interval_s: int = Field(
+        15, ge=1, le=300, description="Seconds between two scrapes of every target."
+    )
+
+
+class Alertmanager(Strict):
+    """Prometheus's Alertmanager on the Prometheus host (alerts grouped, shown in its UI)."""
+
+    port: int = Field(9093, ge=1, le=65535, description="Port of Alertmanager's web UI and API.")
+    bind: BindAddress = Field("127.0.0.1", description="Address Alertmanager listens on.")
+
+
+class HostExporters(Strict):
+    """What one host exports to Prometheus (overrides of the monitoring section's defaults)."""
+
+    node_exporter_port: int | None = Field(
+        None, ge=1, le=65535,
+        description="Port of this host's node exporter (default: monitoring.node_exporter_port).",
+    )
+    gpu_metrics: Literal["auto", "dcgm", "textfile", "none"] = Field(
+        "auto",
+        description="GPU metrics: dcgm (NVIDIA's DCGM exporter, run by the site, is scraped), "
+        "textfile (nvidia-smi queries fed to the node exporter's textfile collector), none; "
+        "auto: textfile on hosts with GPUs, none elsewhere.",
+    )
+    dcgm_port: int = Field(9400, ge=1, le=65535, description="Port of the DCGM exporter.")
+
+
+class Monitoring(Strict):
+    """Prometheus on one host of the fleet, scraping every host's exporters and every server."""
+
+    host: Annotated[str, Field(pattern=NAME_PATTERN)] = Field(
+        description="The host (a key of hosts) that runs Prometheus."
+    )
+    prometheus: PrometheusServer = Field(default_factory=PrometheusServer)
+    alertmanager: Alertmanager | None = Field(
+        None, description="Run Alertmanager beside Prometheus; omit for none."
+    )
+    node_exporter_port: int = Field(
+        9100, ge=1, le=65535, description="Port of the node exporter on every host."
+    )
+    exporters: dict[Annotated[str, Field(pattern=NAME_PATTERN)], HostExporters] = Field(
+        default_factory=dict, description="Per-host exporter settings, by host name."
+    )
+    thresholds: dict[Annotated[str, Field(pattern=r"^[a-z][a-z0-9_]{0,63}$")], float] = Field(
+        default_factory=dict,
+        description="Alert thresholds overriding the defaults, by name (see docs/monitoring.md).",
+    )
+    versions: MonitoringVersions = Field(default_factory=MonitoringVersions)
+
+
 class Defaults(Strict):
     """Settings merged into every host; a host may override any part."""
 
@@ -1060,3 +1155,6 @@ class Fleet(Strict):
     defaults: Defaults = Field(default_factory=Defaults)
     models: dict[Name, Model] = Field(default_factory=dict, description="Models by name.")
     hosts: dict[Name, Host] = Field(description="Hosts by inventory name.")
+    monitoring: Monitoring | None = Field(
+        None, description="Prometheus and its exporters; omit for no monitoring."
+    )
