@@ -66,7 +66,9 @@ def load_run(path: str) -> dict[str, Any]:
 def _row(server: str, stage: str, figure: str, a: Any, b: Any, higher_is: str) -> dict:
     ratio = b / a if isinstance(a, int | float) and isinstance(b, int | float) and a else None
     verdict = "same"
-    if a is None or b is None:
+    if a is None and b is None:
+        verdict = "same"
+    elif a is None or b is None:
         verdict = "—"
     elif ratio is None:
         verdict = "same" if a == b else ("worse" if (b > a) == (higher_is == "worse")

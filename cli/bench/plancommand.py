@@ -108,7 +108,7 @@ def plan_from_args(args: argparse.Namespace) -> Plan:
 def shares(group: list[Chosen]) -> str:
     """What a group of servers shares, in words."""
     if any(c.cpu for c in group):
-        return "the host's CPU cores (a cpu host)"
+        return f"the CPU cores of cpu host {group[0].host}"
     gpus = sorted({g for c in group for g in c.gpus})
     if not gpus or any(not c.gpus for c in group):
         return "every GPU of the host"
@@ -200,6 +200,8 @@ def cmd_plan(args: argparse.Namespace, resolve: Callable[[argparse.Namespace], A
     sent = [s for server in results["servers"].values()
             for s in [server.get("baseline"), *((server.get("ladder") or {}).get("steps", [])),
                       (server.get("soak") or {}).get("step")] if s]
+    sent += [s for group in results["mixed"] for s in [*group["solo"].values(),
+                                                        *group["shared"].values()]]
     return 0 if any(s["ok"] for s in sent) else 1
 
 

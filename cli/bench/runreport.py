@@ -30,7 +30,8 @@ from cli.bench.stages import DRIFT_LIMIT, ERROR_RATE_LIMIT, MEMORY_GROWTH_LIMIT
 
 #: What the markdown calls each stage.
 TITLES = {"baseline": "Stage 0 — baseline", "ladder": "Stage 1 — the concurrency ladder",
-          "soak": "Stage 2 — soak at the knee", "mixed": "Stage 3 — servers sharing a GPU"}
+          "soak": "Stage 2 — soak at the knee",
+          "mixed": "Stage 3 — servers sharing a GPU (or a cpu host's cores)"}
 
 
 def slug(name: str) -> str:
@@ -285,7 +286,8 @@ def summary_lines(results: dict[str, Any]) -> list[str]:
             soak = server["soak"]
             parts.append("soak stable" if soak["stable"] else
                          f"soak: {len(soak['findings'])} finding(s)")
-        lines.append(f"- **{name}**: " + "; ".join(parts or ["no stage ran"]) + ".")
+        if parts:
+            lines.append(f"- **{name}**: " + "; ".join(parts) + ".")
     for group in results["mixed"]:
         for name in group["servers"]:
             cost = group["cost"][name]
@@ -386,8 +388,9 @@ def markdown(results: dict[str, Any], pictures: dict[str, dict[str, str]]) -> st
                 text += [f"![{', '.join(group['servers'])} shared]({group['png']})", ""]
     if results["notes"]:
         text += ["## Notes", "", *(f"- {n}" for n in results["notes"]), ""]
-    text += ["---", "", "Files: results.json (everything), baseline.csv, ladder.csv, soak.csv, "
-             "mixed.csv; compare two runs with `fleet bench --compare RUN_A RUN_B`.", ""]
+    tables = [name for name, rows in csv_tables(results).items() if rows]
+    text += ["---", "", f"Files: {', '.join(['results.json (everything)', *tables])}; compare "
+             "two runs with `fleet bench --compare RUN_A RUN_B`.", ""]
     return "\n".join(text)
 
 
