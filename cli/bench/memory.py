@@ -1,18 +1,25 @@
-"""A server's memory during a soak: its systemd unit's anonymous memory, sampled over SSH.
+"""A server's memory during a soak: its systemd unit's memory, sampled over SSH.
 
 The unit's cgroup holds every process of the server (vLLM's API server and its engine core),
-so its ``memory.stat`` ``anon`` is their resident memory without the page cache of the model
-files they read. One shell loop runs on the host over SSH for the whole soak and prints one
-number a line; each line is timestamped on arrival. When the host cannot be reached that way,
-the soak falls back to the server's own ``process_resident_memory_bytes`` on ``/metrics``
-(the API server process only), and the report says which it had.
+so its memory is theirs together. One shell loop runs on the host over SSH for the whole soak
+and prints ``KIND BYTES`` a line, each timestamped on arrival; the kind says what was read:
+
+- ``anon``: cgroup v2 ``memory.stat`` anonymous memory (resident memory without the page cache
+  of the model files the server read);
+- ``total_rss``: the same from cgroup v1's memory controller;
+- ``ps_rss``: no memory controller for the unit: the RSS of its processes (from its
+  ``cgroup.procs``) added up, shared pages counted once per process.
+
+When the host cannot be reached that way, the soak falls back to the server's own
+``process_resident_memory_bytes`` on ``/metrics`` (the API server process only), and the report
+says which it had.
 
 Example:
-    >>> print(cgroup_memory_command("vllm-chat.service", 2.0))
-    cg=$(systemctl show -p ControlGroup --value vllm-chat.service); while :; do awk '$1 == "anon" {print $2}' "/sys/fs/cgroup$cg/memory.stat" || exit 1; sleep 2; done
-    >>> parse_bytes("123456\\n"), parse_bytes("[N/A]") is None
-    (123456, True)
-"""  # noqa: E501
+    >>> parse_sample("anon 123456\\n"), parse_sample("[N/A]") is None
+    (('anon', 123456), True)
+    >>> KINDS["ps_rss"]
+    "the RSS of the unit's processes added up"
+"""
 
 from __future__ import annotations
 
@@ -21,18 +28,46 @@ import contextlib
 import shlex
 import time
 
+#: What each kind of sample measures, for the report.
+KINDS = {
+    "anon": "the unit's cgroup: anonymous memory of all its processes",
+    "total_rss": "the unit's cgroup (v1): RSS of all its processes",
+    "ps_rss": "the RSS of the unit's processes added up",
+}
+
+_LOOP = """cg=$(systemctl show -p ControlGroup --value {unit}) && [ -n "$cg" ] || exit 1
+while :; do
+  if [ -r "/sys/fs/cgroup$cg/memory.stat" ]; then
+    awk '$1 == "anon" {{print "anon", $2}}' "/sys/fs/cgroup$cg/memory.stat"
+  elif [ -r "/sys/fs/cgroup/memory$cg/memory.stat" ]; then
+    awk '$1 == "total_rss" {{print "total_rss", $2}}' "/sys/fs/cgroup/memory$cg/memory.stat"
+  else
+    for d in "/sys/fs/cgroup$cg" "/sys/fs/cgroup/unified$cg" "/sys/fs/cgroup/systemd$cg"; do
+      [ -r "$d/cgroup.procs" ] && break
+    done
+    pids=$(paste -sd, "$d/cgroup.procs" 2>/dev/null)
+    [ -n "$pids" ] && ps -o rss= -p "$pids" | awk '{{s += $1}} END {{print "ps_rss", s * 1024}}'
+  fi
+  sleep {interval:g}
+done"""
+
 
 def cgroup_memory_command(unit: str, interval: float) -> str:
-    """The shell loop that prints a unit's anonymous memory (bytes) every ``interval`` seconds."""
-    return (f"cg=$(systemctl show -p ControlGroup --value {shlex.quote(unit)}); "
-            f"while :; do awk '$1 == \"anon\" {{print $2}}' \"/sys/fs/cgroup$cg/memory.stat\" "
-            f"|| exit 1; sleep {max(0.2, interval):g}; done")
+    """The shell loop that prints a unit's memory (``KIND BYTES``) every ``interval`` seconds.
+
+    Example:
+        >>> cgroup_memory_command("vllm-chat.service", 2).splitlines()[0]
+        'cg=$(systemctl show -p ControlGroup --value vllm-chat.service) && [ -n "$cg" ] || exit 1'
+    """
+    return _LOOP.format(unit=shlex.quote(unit), interval=max(0.2, interval))
 
 
-def parse_bytes(line: str) -> int | None:
-    """One sample line as bytes, or None for anything else."""
-    text = line.strip()
-    return int(text) if text.isdigit() else None
+def parse_sample(line: str) -> tuple[str, int] | None:
+    """One sample line as ``(kind, bytes)``, or None for anything else."""
+    parts = line.split()
+    if len(parts) != 2 or parts[0] not in KINDS or not parts[1].isdigit():
+        return None
+    return parts[0], int(parts[1])
 
 
 class MemorySampler:
@@ -42,12 +77,13 @@ class MemorySampler:
 
     Example (needs a host, so not run here):
         sampler = MemorySampler(argv); await sampler.start(); …; await sampler.stop()
-        sampler.samples  # → [(perf_counter, bytes), …]
+        sampler.kind, sampler.samples  # → 'anon', [(perf_counter, bytes), …]
     """
 
     def __init__(self, argv: list[str]):
         self.argv = argv
         self.samples: list[tuple[float, int]] = []
+        self.kind: str | None = None
         self.error = ""
         self._process: asyncio.subprocess.Process | None = None
         self._reader: asyncio.Task | None = None
@@ -63,9 +99,10 @@ class MemorySampler:
     async def _read(self) -> None:
         assert self._process is not None and self._process.stdout is not None
         async for raw in self._process.stdout:
-            value = parse_bytes(raw.decode(errors="replace"))
-            if value is not None:
-                self.samples.append((time.perf_counter(), value))
+            sample = parse_sample(raw.decode(errors="replace"))
+            if sample is not None:
+                self.kind = sample[0]
+                self.samples.append((time.perf_counter(), sample[1]))
         if self._process.stderr is not None:
             self.error = (await self._process.stderr.read()).decode(errors="replace").strip()
 

@@ -39,7 +39,7 @@ from cli.bench import report as reports
 from cli.bench import servermetrics
 from cli.bench.client import RequestResult
 from cli.bench.gpu import GpuSampler
-from cli.bench.memory import MemorySampler
+from cli.bench.memory import KINDS, MemorySampler
 from cli.bench.plan import Plan
 from cli.bench.runner import Runner, Step, StepRun, parse_loads
 from cli.bench.stats import percentile
@@ -398,7 +398,7 @@ class PlanRun:
         source_name = None
         memory: list[tuple[float, float]] = []
         if sampler is not None and sampler.samples:
-            source_name = "the unit's cgroup (anon memory of every process of the server)"
+            source_name = KINDS.get(sampler.kind or "", "the unit's cgroup")
             memory = [(t, v / MIB) for t, v in sampler.samples]
         elif rss:
             source_name = "the server's /metrics process_resident_memory_bytes (API process)"

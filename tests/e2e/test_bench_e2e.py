@@ -169,7 +169,7 @@ def test_plan_runs_every_stage_on_the_hosts_server(plan_run) -> None:
 def test_plan_samples_the_units_memory_over_ssh(plan_run) -> None:
     _, _, results = plan_run
     memory = results["servers"][f"{HOST}/bench"]["soak"]["memory"]
-    assert memory["source"].startswith("the unit's cgroup")
+    assert "the unit's" in memory["source"]  # over SSH, not the API process's /metrics
     assert memory["mib"]["samples"] >= 3
     # the CPU vLLM (API server + engine core) holds hundreds of MiB, far below the host's RAM
     assert 100 < memory["mib"]["first"] < 64 * 1024

@@ -11,14 +11,18 @@ wide margins (a busy 2-core machine), never milliseconds.
 
 from __future__ import annotations
 
+import asyncio
 import csv
 import json
+import sys
 from pathlib import Path
 
 import pytest
 
 from cli.bench import compare, plan, stages
 from cli.bench.client import RequestResult
+from cli.bench.prompts import synthetic_prompts
+from cli.bench.runner import Options, Runner, Target
 from cli.main import main
 from fleet.spec import Fleet
 from tests.support.fakeserver import FakeServer, SharedDevice
@@ -383,3 +387,36 @@ def test_compare_refuses_what_is_not_a_run(tmp_path: Path, content, message, cap
         (run / "results.json").write_text(content)
     assert main(["bench", "--compare", str(run), str(run)]) == 2
     assert message in capsys.readouterr().err
+
+
+def _printer(line: str) -> list[str]:
+    """A local command printing ``line`` (formatted with a counter) every 0.05 s, standing in
+    for the sampling commands that run over SSH (nvidia-smi, the unit's memory loop)."""
+    program = ("import itertools, sys, time\n"
+               "for i in itertools.count():\n"
+               f"    print({line!r}.format(i=i), flush=True)\n"
+               "    time.sleep(0.05)\n")
+    return [sys.executable, "-c", program]
+
+
+def test_soak_samples_gpu_and_unit_memory_from_their_commands() -> None:
+    """The soak reads the GPU's memory from nvidia-smi lines (GPU 1 only: the server's) and the
+    unit's memory from the byte counts its loop prints."""
+    gpu_lines = "0, 50, {i}000, 24564\n1, 80, 2000, 24564"  # GPU 0 grows, the server's does not
+    with FakeServer() as server:
+        target = Target(server.url, SCRIPT)
+        runner = Runner(target, synthetic_prompts(4, 8, 8), Options(timeout=10,
+                                                                    sample_interval=0.1))
+        plan_target = stages.PlanTarget(
+            name="box/a", runner=runner, gpu_argv=_printer(gpu_lines), gpus=(1,),
+            memory_argv=_printer("anon {i}00000000"))
+        run = stages.PlanRun(plan.Plan(stages=("soak",), soak_duration=2.0,
+                                       soak_concurrency=2, soak_windows=4), [plan_target])
+        results = asyncio.run(run.run())
+    soak = results["servers"]["box/a"]["soak"]
+    assert soak["memory"]["source"].startswith("the unit's cgroup")
+    assert soak["memory"]["mib"]["growth"] > 100  # 100 MB more every 0.05 s
+    gpu = soak["gpu_memory"]["mib"]
+    assert gpu["first"] == gpu["last"] == gpu["max"] == 2000 and gpu["growth"] == 0
+    assert all(w["gpu_memory_mib"] == 2000 for w in soak["windows"])
+    assert soak["step"]["gpu"]["1"]["mem_used_max_mib"] == 2000
