@@ -142,6 +142,8 @@ def cmd_plan(args: argparse.Namespace, resolve: Callable[[argparse.Namespace], A
         extra = json.loads(args.extra_body) if args.extra_body else {}
         if not isinstance(extra, dict):
             raise ValueError("--extra-body must be a JSON object")
+        if args.rate:
+            raise ValueError("--rate: the plan's ladder is closed-loop; give --concurrency")
         if args.gpu is not None and args.url:
             raise ValueError("--gpu names a GPU of a fleet host: use it with --server HOST")
         chosen, fleet = _chosen(args) if args.server else ([], None)

@@ -158,7 +158,7 @@ def test_plan_runs_every_stage_on_the_hosts_server(plan_run) -> None:
     soak = server["soak"]
     knee = server["ladder"]["knee"]["load"] or 2  # no knee: the top of the ladder
     assert soak["load"] == knee and soak["duration_s"] == 6
-    assert soak["requests"] >= 6 and soak["error_rate"] == 0
+    assert soak["requests"] >= 3 and soak["error_rate"] == 0
     assert len(soak["windows"]) == 6 and sum(w["requests"] for w in soak["windows"]) == \
         soak["requests"]
     # one server on the host: nothing shares its CPU, and the report says so

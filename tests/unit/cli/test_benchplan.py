@@ -362,6 +362,7 @@ def test_a_bad_plan_file_is_located_not_a_traceback(tmp_path: Path, capsys) -> N
     (["--plan", "--mixed", "0s"], "--mixed: '0s': a duration must be more than 0"),
     (["--plan", "--stages", "2,9"], "--stages: unknown stage '9'"),
     (["--plan", "--gpu", "0"], "--gpu names a GPU of a fleet host"),
+    (["--plan", "--rate", "1,2"], "--rate: the plan's ladder is closed-loop"),
 ])
 def test_bad_plan_options_are_refused(argv: list[str], message: str, capsys) -> None:
     assert main(["bench", *argv, "--url", "http://127.0.0.1:1"]) == 2
