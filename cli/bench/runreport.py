@@ -262,6 +262,11 @@ def write_run(results: dict[str, Any], out: Path) -> list[Path]:
     return written
 
 
+def _per_hour(growth: dict[str, Any], seconds: float) -> str:
+    """The growth per hour, for soaks long enough (10 minutes) that the rate means something."""
+    return f", {growth['slope_per_h']:+,.0f} MiB/h" if seconds >= 600 else ""
+
+
 def _step_line(step: dict[str, Any]) -> str:
     return (f"TTFT P50 {ms(step['ttft_ms'].get('p50'))} (P99 {ms(step['ttft_ms'].get('p99'))}), "
             f"TPOT P50 {ms(step['tpot_ms'].get('p50'))}, E2E P50 "
@@ -344,7 +349,8 @@ def markdown(results: dict[str, Any], pictures: dict[str, dict[str, str]]) -> st
             text += [f"### {TITLES['soak']}", "",
                      f"Concurrency {soak['load']:g} ({soak['load_from']}) for "
                      f"{soak['duration_s']:g} s: {soak['requests']} requests, "
-                     + (f"{rate:.2%} failed" if rate is not None else "none sent")
+                     + ("none failed" if rate == 0 else f"{rate:.2%} failed" if rate is not None
+                        else "none sent")
                      + (" (" + ", ".join(f"{k} {v}" for k, v in sorted(soak["errors"].items()))
                         + ")" if soak["errors"] else "") + ".", "",
                      f"- latency, last quarter against first: TTFT P50 "
@@ -353,14 +359,14 @@ def markdown(results: dict[str, Any], pictures: dict[str, dict[str, str]]) -> st
                      "- server memory: " + (
                          f"{memory['first']:,.0f} → {memory['last']:,.0f} MiB (peak "
                          f"{memory['max']:,.0f}; {memory['growth']:+,.1f} MiB first quarter to "
-                         f"last, {memory['slope_per_h']:+,.0f} MiB/h), from "
+                         f"last{_per_hour(memory, soak['duration_s'])}), from "
                          f"{soak['memory']['source']};" if memory else "not sampled;"),
                      "- GPU memory: " + (
                          f"{gpu['first']:,.0f} → {gpu['last']:,.0f} MiB (peak {gpu['max']:,.0f};"
                          f" {gpu['growth']:+,.1f} MiB)." if gpu else "not sampled."), ""]
             text += ([f"**{'Stable' if soak['stable'] else 'Not stable'}**"
                       + (": " + "; ".join(soak["findings"]) + "." if soak["findings"] else
-                         f": under {soak_limits()}."), ""])
+                         f": within the limits of {soak_limits()}."), ""])
             if "soak" in pictures.get(name, {}):
                 text += [f"![soak of {name}]({pictures[name]['soak']})", ""]
     if results["mixed"]:
