@@ -184,6 +184,12 @@ def plan_from_text(text: str, file: str) -> Plan:
         problem((), "a plan file is a mapping of stages and settings",
                 "see docs/bench.md, 'The staged plan'")
         raise PlanError(problems)
+    fleet_keys = [key for key in ("version", "hosts", "models") if key in data]
+    if fleet_keys:
+        problem((fleet_keys[0],), "this is a fleet file, not a plan file",
+                "--plan takes an optional plan file next to it: name the fleet file first "
+                "(fleet bench FLEET --plan …) or write --plan=PLAN.yaml")
+        raise PlanError(problems)
     fields: dict[str, Any] = {}
     for key, section in data.items():
         if key == "stages":

@@ -68,6 +68,8 @@ def test_a_plan_file_sets_every_stage() -> None:
     ("sok: {duration: 5m}\n", "p.yaml:1:1: sok: unknown key; did you mean 'soak'?"),
     ("- baseline\n", "p.yaml:1:1: (file): a plan file is a mapping"),
     ("soak: {duration: 5m\n", "p.yaml:"),
+    ("version: 1\nhosts: {}\n", "p.yaml:1:1: version: this is a fleet file, not a plan file; "
+     "--plan takes an optional plan file next to it: name the fleet file first"),
 ])
 def test_bad_plan_files_are_located(text: str, message: str) -> None:
     with pytest.raises(plan.PlanError) as caught:
