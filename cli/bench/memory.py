@@ -7,8 +7,9 @@ and prints ``KIND BYTES`` a line, each timestamped on arrival; the kind says wha
 - ``anon``: cgroup v2 ``memory.stat`` anonymous memory (resident memory without the page cache
   of the model files the server read);
 - ``total_rss``: the same from cgroup v1's memory controller;
-- ``ps_rss``: no memory controller for the unit: the RSS of its processes (from its
-  ``cgroup.procs``) added up, shared pages counted once per process.
+- ``proc_rss``: no memory controller for the unit (cgroup v1 inside a container): the
+  ``VmRSS`` of every process whose ``/proc/PID/cgroup`` names the unit's cgroup, added up
+  (shared pages counted once per process); shell builtins only, no process started per sample.
 
 When the host cannot be reached that way, the soak falls back to the server's own
 ``process_resident_memory_bytes`` on ``/metrics`` (the API server process only), and the report
@@ -17,7 +18,7 @@ says which it had.
 Example:
     >>> parse_sample("anon 123456\\n"), parse_sample("[N/A]") is None
     (('anon', 123456), True)
-    >>> KINDS["ps_rss"]
+    >>> KINDS["proc_rss"]
     "the RSS of the unit's processes added up"
 """
 
@@ -32,7 +33,7 @@ import time
 KINDS = {
     "anon": "the unit's cgroup: anonymous memory of all its processes",
     "total_rss": "the unit's cgroup (v1): RSS of all its processes",
-    "ps_rss": "the RSS of the unit's processes added up",
+    "proc_rss": "the RSS of the unit's processes added up",
 }
 
 _LOOP = """cg=$(systemctl show -p ControlGroup --value {unit}) && [ -n "$cg" ] || exit 1
@@ -42,11 +43,19 @@ while :; do
   elif [ -r "/sys/fs/cgroup/memory$cg/memory.stat" ]; then
     awk '$1 == "total_rss" {{print "total_rss", $2}}' "/sys/fs/cgroup/memory$cg/memory.stat"
   else
-    for d in "/sys/fs/cgroup$cg" "/sys/fs/cgroup/unified$cg" "/sys/fs/cgroup/systemd$cg"; do
-      [ -r "$d/cgroup.procs" ] && break
+    s=0 n=0
+    for f in /proc/[0-9]*/cgroup; do
+      while IFS=: read -r _ _ path; do
+        case "$path" in *"$cg")
+          n=$((n + 1))
+          while read -r k v _; do
+            [ "$k" = VmRSS: ] && s=$((s + v))
+          done 2>/dev/null < "${{f%cgroup}}status"
+          break;;
+        esac
+      done 2>/dev/null < "$f"
     done
-    pids=$(paste -sd, "$d/cgroup.procs" 2>/dev/null)
-    [ -n "$pids" ] && ps -o rss= -p "$pids" | awk '{{s += $1}} END {{print "ps_rss", s * 1024}}'
+    [ "$n" -gt 0 ] && echo "proc_rss $((s * 1024))" || echo "no process in $cg" >&2
   fi
   sleep {interval:g}
 done"""

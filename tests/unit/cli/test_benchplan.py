@@ -14,12 +14,14 @@ from __future__ import annotations
 import asyncio
 import csv
 import json
+import os
+import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from cli.bench import compare, plan, stages
+from cli.bench import compare, memory, plan, stages
 from cli.bench.client import RequestResult
 from cli.bench.prompts import synthetic_prompts
 from cli.bench.runner import Options, Runner, Target
@@ -423,3 +425,18 @@ def test_soak_samples_gpu_and_unit_memory_from_their_commands() -> None:
     assert gpu["first"] == gpu["last"] == gpu["max"] == 2000 and gpu["growth"] == 0
     assert all(w["gpu_memory_mib"] == 2000 for w in soak["windows"])
     assert soak["step"]["gpu"]["1"]["mem_used_max_mib"] == 2000
+
+
+def test_memory_loop_reads_this_machines_cgroup(tmp_path: Path) -> None:
+    """The loop run for real on this machine, ``systemctl`` answering with this test's own
+    cgroup: whichever layout the machine has, it prints the memory of a live cgroup."""
+    own = next(line.split(":", 2)[2] for line in Path("/proc/self/cgroup").read_text()
+               .splitlines() if line.split(":")[1] in ("memory", ""))
+    (tmp_path / "systemctl").write_text(f"#!/bin/sh\necho '{own}'\n")
+    (tmp_path / "systemctl").chmod(0o755)
+    result = subprocess.run(
+        ["timeout", "2", "sh", "-c", memory.cgroup_memory_command("vllm-x.service", 0.5)],
+        capture_output=True, text=True, env={**os.environ, "PATH": f"{tmp_path}:/usr/bin:/bin"},
+        check=False)
+    samples = [memory.parse_sample(line) for line in result.stdout.splitlines()]
+    assert samples and all(s is not None and s[1] > 1 << 20 for s in samples), result
