@@ -154,8 +154,8 @@ def plot_soak(name: str, soak: dict[str, Any], path: Path) -> None:
     twin.yaxis.get_major_locator().set_params(integer=True)
     twin.set_ylim(bottom=0, top=max(1, *(w["failed"] for w in windows)) * 1.2)
     rate = soak["error_rate"]
-    ax.set_title(f"Throughput and errors — {rate:.1%} failed" if rate is not None
-                 else "Throughput and errors")
+    ax.set_title("Throughput and errors — " + ("none failed" if rate == 0 else
+                 f"{rate:.1%} failed" if rate is not None else "no requests"))
     lines, more = ax.get_legend_handles_labels(), twin.get_legend_handles_labels()
     ax.legend(lines[0] + more[0], lines[1] + more[1], fontsize=8, loc="lower left")
     ax = axes[1][1]
@@ -171,8 +171,11 @@ def plot_soak(name: str, soak: dict[str, Any], path: Path) -> None:
         growth = (soak["memory"]["mib"] or soak["gpu_memory"]["mib"] or {}).get("growth")
         ax.set_title("Memory (MiB)" + (f" — grew {growth:+,.0f} MiB" if growth is not None
                                        else ""))
-        ax.legend(fontsize=8)
+        ax.legend(fontsize=8, loc="lower right")
         ax.ticklabel_format(axis="y", style="plain", useOffset=False)
+        # from 0: a few MiB of noise must not look like a leak (the growth is in the title)
+        top = max(v for key in ("memory", "gpu_memory") for _, v in soak[key]["samples"])
+        ax.set_ylim(bottom=0, top=top * 1.15)
     else:
         ax.set_title("Memory: no samples")
         ax.text(0.5, 0.5, "no memory samples", ha="center", va="center",

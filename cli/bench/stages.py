@@ -287,7 +287,7 @@ def knee_load(ladder: dict[str, Any] | None) -> tuple[int | None, str]:
         >>> knee_load({"knee": {"load": 4, "found": True}, "steps": [{"load": 8}]})
         (4, 'the knee')
         >>> knee_load({"knee": {"load": None, "found": False}, "steps": [{"load": 8}]})
-        (8, 'the top of the ladder (no knee)')
+        (8, 'the top of the ladder: no knee')
         >>> knee_load(None)
         (None, 'no ladder')
     """
@@ -295,7 +295,7 @@ def knee_load(ladder: dict[str, Any] | None) -> tuple[int | None, str]:
         return None, "no ladder"
     if ladder["knee"]["found"]:
         return int(ladder["knee"]["load"]), "the knee"
-    return int(ladder["steps"][-1]["load"]), "the top of the ladder (no knee)"
+    return int(ladder["steps"][-1]["load"]), "the top of the ladder: no knee"
 
 
 # ------------------------------------------------------------------ running
