@@ -4,6 +4,9 @@ Deploys the committed tiny model to the session's shared vLLM host (tests/e2e/co
 server ``bench`` on port 18300, retiring the servers of a module before; a name of its own, so
 that no module's server inherits another's saved configuration), then runs one short ladder (1, 2)
 with the fleet's API key, and one step through an SSH local port forward over the host's sshd.
+Then ``fleet bench --plan`` with a plan file on the whole host (baseline of 3, ladder 1, 2, a
+6-second soak; stage 3 has nothing to share with), checking its run directory, the unit's memory
+sampled over SSH, and ``--compare`` of the run with itself (about 10 s more).
 """
 
 from __future__ import annotations
