@@ -226,6 +226,24 @@ def _one_line(value: str) -> str:
     return refuse_control(value)
 
 
+#: A Linux network interface name (at most 15 characters, IFNAMSIZ − 1).
+_INTERFACE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,14}")
+
+
+def _interface(value: str) -> str:
+    """A network interface name as NCCL_SOCKET_IFNAME and GLOO_SOCKET_IFNAME take one.
+
+    Example:
+        >>> _interface("ens8f0np0")
+        'ens8f0np0'
+    """
+    refuse_control(value, "an interface name")
+    if not _INTERFACE.fullmatch(value):
+        raise ValueError(f"{value!r} is not a network interface name (letters, digits, . _ -; "
+                         "at most 15 characters, like ens8f0 or bond0)")
+    return value
+
+
 HostAddress = Annotated[str, AfterValidator(_host_address)]
 UnixUser = Annotated[str, AfterValidator(_user)]
 LocalPath = Annotated[str, AfterValidator(_local_path)]
@@ -238,3 +256,4 @@ WheelRef = Annotated[str, AfterValidator(_wheel)]
 HfRepo = Annotated[str, AfterValidator(_hf_repo)]
 OptionWord = Annotated[str, AfterValidator(option_word)]
 OneLine = Annotated[str, AfterValidator(_one_line)]
+InterfaceName = Annotated[str, AfterValidator(_interface)]

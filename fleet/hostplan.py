@@ -55,6 +55,8 @@ class ServerUnit:
     + worker_hosts: other hosts lending GPUs (Ray); such a server is planned, not deployed
     + after: the servers (names) it starts after, those sharing one of its GPUs
     + refusal: why this version does not deploy the server (None: it does), decided in fleet
+    + group: for a server across hosts, the group and this host's part in it (the head's unit
+      serves the API; a worker host's unit of the same name joins it headless)
 
     Example:
         >>> unit = ServerUnit(name="tiny", unit="vllm-tiny.service",
@@ -80,11 +82,62 @@ class ServerUnit:
     worker_hosts: tuple[str, ...] = ()
     after: tuple[str, ...] = ()
     refusal: str | None = None
+    group: GroupPlan | None = None
 
     @property
     def url(self) -> str:
         """The server's base URL as seen on its host."""
         return f"http://{self.host}:{self.port}"
+
+    @property
+    def role(self) -> Literal["single", "head", "worker"]:
+        """``single`` (a server on one host), or its part in a group across hosts."""
+        if self.group is None:
+            return "single"
+        return "head" if self.group.rank == 0 else "worker"
+
+
+@dataclass(frozen=True)
+class GroupPlan:
+    """A server across hosts as one replica: every member, and this host's place in it.
+
+    The same server name (and unit) runs on every member; the head serves the API, the
+    workers join it headless. A rolling upgrade takes the group as one replica: all members
+    restart together, head last (``fleet.multinode``; docs/multinode.md).
+
+    + server: the server's name; head: the head host; members: every host, head first
+    + rank: this host's node rank (0: the head); launcher: ``native`` or ``ray``
+    + head_address, join_port: where the workers reach the head (rendezvous or DP RPC port)
+    + join_timeout: seconds the deploy waits for a member to join before naming it
+    + revision: one hash over every member's configuration, written into each member's unit
+
+    Example:
+        >>> group = GroupPlan(server="big", head="a", members=("a", "b"), rank=1,
+        ...     launcher="native", head_address="10.0.0.1", join_port=29500,
+        ...     join_timeout=600, revision="0123456789abcdef")
+        >>> group.workers, group.is_head
+        (('b',), False)
+    """
+
+    server: str
+    head: str
+    members: tuple[str, ...]
+    rank: int
+    launcher: Literal["native", "ray"]
+    head_address: str
+    join_port: int
+    join_timeout: int
+    revision: str
+
+    @property
+    def workers(self) -> tuple[str, ...]:
+        """The members other than the head."""
+        return self.members[1:]
+
+    @property
+    def is_head(self) -> bool:
+        """Whether this host is the head."""
+        return self.rank == 0
 
 
 @dataclass(frozen=True)
@@ -96,6 +149,7 @@ class ModelInstall:
     + url, file, sha256, unpack, filename: archive or single-file sources
     + hf, revision, endpoint, token: Hugging Face sources (the token is a secret)
     + keep: how many versions the host keeps
+    + retries, retry_wait: how a ``url`` download retries (attempts, first wait in seconds)
 
     Example:
         >>> model = ModelInstall(name="tiny", path="/var/lib/vllm-fleet/models/tiny",
@@ -118,6 +172,8 @@ class ModelInstall:
     endpoint: str | None = None
     token: str | None = field(default=None, repr=False)
     keep: int = 1
+    retries: int = 6
+    retry_wait: float = 2.0
 
     @property
     def id(self) -> str | None:

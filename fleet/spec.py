@@ -40,6 +40,7 @@ from fleet.fields import (
     EnvName,
     HfRepo,
     HostAddress,
+    InterfaceName,
     LocalPath,
     OneLine,
     OptionWord,
@@ -343,6 +344,31 @@ class ModelConfig(Strict):
     qk_rope_head_dim: int | None = Field(
         None, ge=0, le=65536, description="MLA: size of the rotary part cached per token."
     )
+    n_routed_experts: int | None = Field(
+        None, ge=1, le=65536, description="Routed experts (DeepSeek MoE): expert parallel."
+    )
+    num_experts: int | None = Field(
+        None, ge=1, le=65536, description="Experts (Qwen MoE): expert parallel splits them."
+    )
+    num_local_experts: int | None = Field(
+        None, ge=1, le=65536, description="Experts (Mixtral, gpt-oss): expert parallel."
+    )
+    first_k_dense_replace: int | None = Field(
+        None, ge=0, le=1024, description="Leading dense (non-MoE) layers (DeepSeek)."
+    )
+    sliding_window: int | None = Field(
+        None, ge=1, le=1 << 30, description="Sliding-window attention span (tokens)."
+    )
+    sliding_window_pattern: int | None = Field(
+        None, ge=1, le=1024, description="Every N-th layer is full attention (Gemma 3)."
+    )
+    layer_types: list[str] | None = Field(
+        None, max_length=1024,
+        description='Per layer "full_attention" or "sliding_attention" (gpt-oss, Gemma 3).',
+    )
+    use_sliding_window: bool | None = Field(
+        None, description="Whether sliding_window applies to every layer (Qwen2: false)."
+    )
 
     @property
     def head_size(self) -> int | None:
@@ -373,7 +399,9 @@ class ModelConfig(Strict):
         """The longest max-model-len vLLM (0.32) accepts without an override.
 
         max_position_embeddings, times the RoPE scaling factor unless the scaling type
-        already counts it (llama3, longrope, su, yarn and the DeepSeek variants).
+        already counts it (llama3, longrope, su); YaRN scales its
+        original_max_position_embeddings; Gemma 3's limit is already scaled (vLLM's
+        ``_get_and_verify_max_len``).
 
         Example:
             >>> ModelConfig(num_hidden_layers=1, num_attention_heads=1,
@@ -386,10 +414,27 @@ class ModelConfig(Strict):
         scaling = self.rope_scaling or {}
         kind = scaling.get("rope_type", scaling.get("type"))
         factor = scaling.get("factor")
-        unscaled = ("su", "longrope", "llama3", "yarn", "deepseek_yarn", "deepseek_llama_scaling")
-        if isinstance(factor, int | float) and factor > 0 and kind not in unscaled:
+        unscaled = ("su", "longrope", "llama3", "deepseek_llama_scaling")
+        gemma3 = "gemma3" in (self.model_type or "")
+        if isinstance(factor, int | float) and factor > 0 and kind not in unscaled and not gemma3:
+            original = scaling.get("original_max_position_embeddings")
+            if kind in ("yarn", "deepseek_yarn") and isinstance(original, int) and original > 0:
+                return int(original * factor)
             return int(self.max_position_embeddings * factor)
         return self.max_position_embeddings
+
+
+class Download(Strict):
+    """How the host retries an interrupted download of a ``url:`` model."""
+
+    retries: int = Field(
+        6, ge=0, le=30, description="Attempts after the first, each resuming where the last "
+        "stopped.",
+    )
+    retry_wait: float = Field(
+        2.0, ge=0, le=60, description="Seconds before the first retry; doubled for each "
+        "next one, at most 30 s (the default 6 retries wait 90 s in all).",
+    )
 
 
 class Model(Strict):
@@ -422,6 +467,10 @@ class Model(Strict):
     )
     keep: int = Field(
         1, ge=0, le=20, description="Older verified versions kept on each host for rollback."
+    )
+    download: Download = Field(
+        default_factory=Download,
+        description="Retries of an interrupted download (url: models only).",
     )
     config: (
         Annotated[
@@ -519,6 +568,8 @@ class Model(Strict):
             raise ValueError("revision belongs to hf models; an archive is pinned by sha256")
         if self.hf is None and (self.endpoint is not None or self.token is not None):
             raise ValueError("endpoint and token belong to hf models")
+        if self.url is None and "download" in self.model_fields_set:
+            raise ValueError("download (retries, retry_wait) belongs to url: models")
         if self.hf is not None and self.unpack is not None:
             raise ValueError("unpack belongs to archives; a Hugging Face repo is a folder")
         if self.hf is not None and self.revision is None:
@@ -634,6 +685,10 @@ RESERVED_ARGS = {
     "host": "the server's host key",
     "served-model-name": "the server's served_model_name key",
     "api-key": "the server's api_key key (a secret reference)",
+    **dict.fromkeys(
+        ["nnodes", "node-rank", "master-addr", "master-port", "headless"],
+        "worker_hosts and multinode (each member's unit gets its own)",
+    ),
 }
 
 
@@ -702,6 +757,65 @@ def human_int(text: str) -> int | None:
     return int(text) if re.fullmatch(r"[0-9]{1,18}", text) else None
 
 
+class Launcher(str, Enum):
+    """How a server across hosts forms its group: vLLM's own launcher or a Ray cluster."""
+
+    native = "native"
+    ray = "ray"
+
+
+class MultiNode(Strict):
+    """How the members of a server across hosts (its host and ``worker_hosts``) find each other.
+
+    Example:
+        >>> MultiNode().launcher.value, MultiNode().master_port
+        ('native', 29500)
+    """
+
+    launcher: Launcher = Field(
+        Launcher.native,
+        description="native: vLLM's own launcher (--nnodes/--node-rank/--master-addr, "
+        "--headless on the workers, torch.distributed); ray: a Ray cluster (ray start --head on "
+        "this host, ray start --address on the workers, --distributed-executor-backend ray).",
+    )
+    head_address: HostAddress | None = Field(
+        None,
+        description="Address the workers reach this host at (master address, data-parallel "
+        "address, Ray head); defaults to the host's address (127.0.0.1 for sandbox hosts).",
+    )
+    interface: InterfaceName | None = Field(
+        None,
+        description="Network interface the group talks over on every member "
+        "(NCCL_SOCKET_IFNAME, GLOO_SOCKET_IFNAME; Ray's node IP is its address).",
+    )
+    master_port: int = Field(
+        29500, ge=1024, le=65535,
+        description="torch.distributed rendezvous port on the head (native launcher).",
+    )
+    dp_rpc_port: int = Field(
+        13345, ge=1024, le=65535,
+        description="Data-parallel RPC port on the head (native launcher, data-parallel-size > 1).",
+    )
+    ray_port: int = Field(6379, ge=1024, le=65535, description="Ray GCS port on the head.")
+    ray_node_manager_port: int = Field(
+        6380, ge=1024, le=65535, description="Ray node manager port on every member."
+    )
+    ray_object_manager_port: int = Field(
+        6381, ge=1024, le=65535, description="Ray object manager port on every member."
+    )
+    ray_min_worker_port: int = Field(
+        10002, ge=1024, le=65535, description="First port of Ray's worker range on every member."
+    )
+    ray_max_worker_port: int = Field(
+        10999, ge=1024, le=65535, description="Last port of Ray's worker range on every member."
+    )
+    join_timeout: int = Field(
+        600, ge=10, le=7200,
+        description="Seconds the deploy waits for every member to join before failing, naming "
+        "the member that did not.",
+    )
+
+
 class Server(Strict):
     """One vLLM server: one systemd unit."""
 
@@ -751,6 +865,11 @@ class Server(Strict):
         max_length=63,
         description="Other hosts that join this server as Ray workers with the same GPU "
         "indices (pipeline parallel across nodes); this host runs the server (the Ray head).",
+    )
+    multinode: MultiNode | None = Field(
+        None,
+        description="How the members of a server across hosts (worker_hosts) form one group: "
+        "launcher, head address, network interface, ports, join timeout.",
     )
 
     @field_validator("args")

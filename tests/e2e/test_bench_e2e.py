@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from cli.status.startup import starts
 from tests.support import e2e
 
 pytestmark = pytest.mark.e2e
@@ -203,3 +204,63 @@ def test_compare_a_run_with_itself_changes_nothing(plan_run, deployed: Path) -> 
                       str(out)], deployed, ENV, timeout=60)
     assert result.returncode == 0, result.stderr
     assert "0 worse, 0 better" in result.stdout
+
+
+# --- fleet status on the same deployed server (after the ladder: its TTFT histogram is filled) --
+
+
+def status(fleet: Path, *extra: str) -> tuple[subprocess.CompletedProcess, dict | None]:
+    """``fleet status FLEET --json …``: the process and its report."""
+    result = e2e.fleet_cli(fleet, "status", str(fleet), "--json", *extra, env=ENV, timeout=120)
+    return result, json.loads(result.stdout) if result.stdout.startswith("{") else None
+
+
+def test_status_shows_the_live_server(deployed: Path, ladder) -> None:
+    result, report = status(deployed)
+    assert result.returncode == 0, e2e.output(result)[-3000:]
+    (row,) = report["servers"]
+    assert (row["host"], row["server"], row["health"], row["model"], row["port"]) == (
+        HOST, "bench", "up", "tiny-bench", SERVER_PORT)
+    assert row["state"] == "active (running)" and isinstance(row["restarts"], int)
+    assert (row["running"], row["waiting"], row["preemptions"]) == (0, 0, 0)
+    assert 0 <= row["kv_cache_pct"] < 100
+    # the ladder's requests, on 2 busy cores: a TTFT p50 since start, in seconds
+    assert 0 < row["ttft_p50_s"] < 5 and row["ttft_window_s"] is None
+    assert report["gpus"] == [] and report["unreachable"] == {}
+    assert API_KEY not in result.stdout + result.stderr
+
+
+def test_status_screen_names_the_server_and_its_figures(deployed: Path, ladder) -> None:
+    result = e2e.fleet_cli(deployed, "status", str(deployed), env=ENV, timeout=120)
+    assert result.returncode == 0, e2e.output(result)[-3000:]
+    print(result.stdout)  # the screen docs/status.md shows (pytest -rP prints it)
+    line = next(line for line in result.stdout.splitlines() if f"{HOST}/bench" in line)
+    assert "up" in line and "tiny-bench" in line and "since start" in line
+    assert "active (running)" in line
+
+
+def test_status_startup_cuts_the_last_start_into_phases(deployed: Path, ladder) -> None:
+    result, report = status(deployed, "--startup")
+    assert result.returncode == 0, e2e.output(result)[-3000:]
+    start = report["startup"][f"{HOST}/bench"][-1]
+    assert start["version"] == "0.32.0" and start["ready"]
+    phases = start["phases"]
+    for phase in ("process start", "weight loading", "compile + profile", "KV cache + warmup",
+                  "API server", "first completion"):
+        assert phases[phase] is not None and phases[phase] >= 0, (phase, phases)
+    assert phases["CUDA graph capture"] is None  # the CPU build captures no graph
+    assert 5 < start["total_s"] < 600
+    journal = e2e.on_host("journalctl -u vllm-bench.service -o short-iso-precise --no-pager")
+    print("=== journal of vllm-bench.service ===\n" + journal.stdout)  # pytest -rP shows it
+    assert starts(journal.stdout.splitlines())[-1].to_json() == start
+
+
+def test_stopped_server_shows_as_down(deployed: Path, ladder) -> None:
+    """Last in the module: the next module's deploy starts its own servers."""
+    stopped = e2e.on_host("systemctl stop vllm-bench.service")
+    assert stopped.returncode == 0, stopped.stderr
+    result, report = status(deployed)
+    assert result.returncode == 2, e2e.output(result)[-3000:]
+    (row,) = report["servers"]
+    assert (row["health"], row["state"]) == ("down", "inactive (dead)")
+    assert row["running"] is None  # nothing answered /metrics
