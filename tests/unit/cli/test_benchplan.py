@@ -242,12 +242,12 @@ def test_run_directory_has_json_csv_png_and_report(saturating) -> None:
 
 
 def test_soak_counts_errors_and_drift(tmp_path: Path) -> None:
-    """Every 5th request fails; delays grow 40 % a second: the soak says both."""
+    """Every 5th request fails; delays grow 100 % a second: the soak says both."""
     (tmp_path / "plan.yaml").write_text("stages: [soak]\nsoak: {duration: 3s, concurrency: 2, "
                                         "windows: 3}\n")
     with FakeServer() as server:
         code = _bench("--plan", str(tmp_path / "plan.yaml"), "--url", server.url, "--model",
-                      SCRIPT + ",fail_every=5,drift=0.4", "--out", str(tmp_path / "run"))
+                      SCRIPT + ",fail_every=5,drift=1.0", "--out", str(tmp_path / "run"))
     results = json.loads((tmp_path / "run" / "results.json").read_text())
     soak = results["servers"][server.url]["soak"]
     assert code == 0 and soak["load_from"] == "the plan"
