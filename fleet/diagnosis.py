@@ -154,8 +154,8 @@ def last_start(text: str) -> str:
 #: Secrets by the shape of the line they sit in (keys printed by vLLM's argument dump, bearer
 #: headers, Hugging Face and OpenAI-style tokens).
 _SECRET_SHAPES = (
-    re.compile(r"((?:api[_-]?key|token|password|secret)['\"]?\s*[:=]\s*['\"]?)([^'\",\s)}]+)",
-               re.IGNORECASE),
+    re.compile(r"((?:api[_-]?key|token|password|secret)['\"]?\s*[:=]\s*[\[(]?\s*['\"]?)"
+               r"([^'\",\s)}\]]+)", re.IGNORECASE),
     re.compile(r"(--api-key[= ])(\S+)"),
     re.compile(r"(Bearer\s+)(\S+)", re.IGNORECASE),
     re.compile(r"()\b(hf_[A-Za-z0-9]{16,})"),

@@ -46,6 +46,8 @@ from fleet.plan import plan_fleet
 from fleet.secrets import read_secret
 from fleet.spec import Fleet, SecretRef
 
+#: Shared memory: vLLM's processes exchange tensors and messages through it (~400 MiB).
+SHM = "/dev/shm"
 #: Bounds of one journal read.
 JOURNAL_LINES, JOURNAL_BYTES, JOURNAL_SECONDS = 2000, 256 * 1024, 10
 
@@ -221,7 +223,8 @@ def _server_facts(host: Any, plan: HostPlan, unit: ServerUnit, ev: Evidence,
         ev.model_check, _ = _fact(host, ModelCheck, script=INSTALLER, model=model.name,
                                   models_dir=plan.models_dir)  # fmt: skip
     disks, _ = _fact(host, DiskSpace, paths=[state_home(unit.name), cache_dir(unit.name),
-                                             runtime_path(unit.name), ev.model_path or "/"])
+                                             runtime_path(unit.name), ev.model_path or "/",
+                                             SHM])
     ev.disks = [{"path": p, **d} for p, d in (disks or {}).items()]
     ev.vllm_version = facts.get("vllm_version")
     if plan.stack.nvidia:
