@@ -103,6 +103,10 @@ SIGNATURES: tuple[Signature, ...] = (
          r"Engine core initialization failed", r"Got fatal signal from worker processes"),
 )
 BY_NAME = {s.name: s for s in SIGNATURES}
+#: Which cause wins when several show, the log's and the facts' together: the signatures'
+#: order, a damaged model beside an unreadable one, the generic engine death last.
+PRIORITY = [s.name for s in SIGNATURES]
+PRIORITY.insert(PRIORITY.index("model-unreadable") + 1, "model-damaged")
 #: The OOM signatures, told apart by what the log shows: graph capture wins when both match.
 _OOM_CAPTURE = BY_NAME["oom-graph-capture"]
 
@@ -304,8 +308,8 @@ def diagnose(ev: Evidence) -> Diagnosis:
     if ev.healthy:
         return Diagnosis(ev.host, ev.server, OK, state)
     recent = last_start(ev.journal)
-    found = match(recent)
-    for name in [s.name for s in found] + _from_facts(ev):
+    names = {s.name for s in match(recent)} | set(_from_facts(ev))
+    for name in sorted(names, key=PRIORITY.index):
         result = _RULES[name](ev, recent)
         if result is not None:
             cause, evidence, fix = result

@@ -219,3 +219,9 @@ def test_a_real_healthy_start_matches_no_signature() -> None:
     text = body(LOGS / "healthy-cpu-startup.txt")
     assert match(text) == []
     assert diagnose(failing(text)).status == UNKNOWN
+
+
+def test_a_cause_the_facts_show_beats_a_generic_engine_death() -> None:
+    d = diagnose(failing(body(LOGS / "engine-died.log"), model_path="/m", unreadable=[
+        {"path": "/m/config.json", "owner": "root:root", "mode": "600", "dir": False}]))
+    assert d.signature == "model-unreadable"
