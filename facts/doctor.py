@@ -12,6 +12,7 @@ Example:
 
 from __future__ import annotations
 
+import json
 import re
 from typing import Any
 
@@ -310,3 +311,36 @@ class GpuFreeMemory(FactBase):
             if len(parts) == 2 and parts[0].isdigit() and parts[1].isdigit():
                 result[int(parts[0])] = int(parts[1])
         return result
+
+
+class Completion(FactBase):
+    """Whether a server answers a real one-token completion, through the request program the
+    deploy uploads (``hostside/request.py``: the API key is read on the host, never sent here).
+
+    .. code:: python
+
+        {"ok": False, "status": 500, "error": "HTTP 500: {\\"error\\": …}"}
+    """
+
+    def command(self, program: list[str], payload: str, seconds: int = 30) -> StringCommand:
+        return StringCommand(
+            "echo", QuoteString(payload), "|", "timeout", str(seconds),
+            *[QuoteString(word) for word in program], "2>&1", ";", "echo", '"@@rc=$?"',
+        )  # fmt: skip
+
+    def process(self, output: list[str]) -> dict[str, Any]:
+        rc = _RC.match(output[-1].strip()) if output else None
+        lines = output[:-1] if rc else output
+        for line in reversed(lines):
+            try:
+                answer = json.loads(line)
+            except ValueError:
+                continue
+            status = answer.get("status")
+            if status == 200:
+                return {"ok": True, "status": 200, "error": None}
+            return {"ok": False, "status": status,
+                    "error": f"HTTP {status}: {str(answer.get('body', ''))[:200]}"}
+        code = rc.group(1) if rc else "?"
+        why = "timed out" if code == "124" else " ".join(lines)[-200:] or f"exit {code}"
+        return {"ok": False, "status": None, "error": why}

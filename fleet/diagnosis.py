@@ -190,6 +190,7 @@ class Evidence:
     + host, server: where
     + unit: ``systemctl show`` properties (ActiveState, SubState, NRestarts, Result, …)
     + health: HTTP status of /health (None: no answer), ``health_error`` the reason
+    + ready: whether a real completion answered (None: not asked), ``ready_error`` why not
     + journal: the unit's journal, bounded and already masked; ``journal_error`` if unreadable
     + port, port_owners: the server's port and who listens on it ({pid, user, process})
     + gpus: the server's GPUs ({index, total_mib, used_mib, free_mib}); ``gpu_apps`` the
@@ -208,6 +209,8 @@ class Evidence:
     unit: dict[str, str] = field(default_factory=dict)
     health: int | None = None
     health_error: str | None = None
+    ready: bool | None = None
+    ready_error: str | None = None
     journal: str = ""
     journal_error: str | None = None
     port: int | None = None
@@ -240,9 +243,9 @@ class Evidence:
 
     @property
     def healthy(self) -> bool:
-        """Active, answering /health with 200, not restarting."""
+        """Active, answering /health with 200 and a completion (where asked), not restarting."""
         return (self.unit.get("ActiveState") == "active" and self.health == 200
-                and self.restarts == 0)  # fmt: skip
+                and self.ready is not False and self.restarts == 0)  # fmt: skip
 
 
 #: A diagnosis's status: nothing wrong, a cause named, or a problem whose cause is not known.
@@ -288,7 +291,10 @@ def state_words(ev: Evidence) -> str:
     if ev.restarts:
         words += f", {ev.restarts} restart{'s' if ev.restarts != 1 else ''}"
     health = str(ev.health) if ev.health is not None else (ev.health_error or "no answer")
-    return f"{words}, /health: {health}"
+    words += f", /health: {health}"
+    if ev.ready is False:
+        words += f", completion: {ev.ready_error or 'failed'}"
+    return words
 
 
 def diagnose(ev: Evidence) -> Diagnosis:

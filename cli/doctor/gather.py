@@ -15,7 +15,9 @@ Example:
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
+import shlex
 from collections.abc import Callable
 from typing import Any
 
@@ -23,7 +25,9 @@ from pyinfra.api import Config, Inventory, State
 
 from cli.drift.gather import _plan_or_error
 from cli.models import INSTALLER
+from cli.remote import REQUEST_COMMAND
 from facts.doctor import (
+    Completion,
     CudaDriverVersion,
     DiskSpace,
     GpuFreeMemory,
@@ -162,6 +166,15 @@ def _read(host: Any, plan: HostPlan, servers: list[ServerUnit], base: dict[str, 
         health, _ = _fact(host, HttpStatus, url=f"{unit.url}/health")
         health = health or {}
         ev.health, ev.health_error = health.get("status"), health.get("error")
+        if ev.health == 200:
+            payload = json.dumps({"port": unit.port, "path": "/v1/completions", "auth": True,
+                                  "env_file": unit.env_path, "body": {
+                                      "model": unit.served_name, "prompt": "Hello",
+                                      "max_tokens": 1, "temperature": 0}})  # fmt: skip
+            answer, why = _fact(host, Completion, program=shlex.split(REQUEST_COMMAND),
+                                payload=payload)  # fmt: skip
+            answer = answer or {"ok": False, "error": why}
+            ev.ready, ev.ready_error = answer["ok"], answer.get("error")
         if ev.healthy:
             continue
         if host_facts is None:

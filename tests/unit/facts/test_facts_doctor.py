@@ -4,6 +4,7 @@ runuser, curl, ps), and parsed from real captures where it cannot (nvidia-smi on
 from __future__ import annotations
 
 import http.server
+import json
 import os
 import socket
 import subprocess
@@ -15,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from facts.doctor import (
+    Completion,
     CudaDriverVersion,
     DiskSpace,
     GpuFreeMemory,
@@ -145,3 +147,24 @@ def test_gpu_free_memory_and_cuda_version_from_a_real_h200() -> None:
     assert GpuFreeMemory().process([f"{r[0]}, {r[5]}" for r in rows]) == {0: 141606}
     header = (NVIDIA / "nvidia-smi.txt").read_text().splitlines()[:5]
     assert CudaDriverVersion().process(header) == "13.0"
+
+
+def test_completion_through_the_real_request_program(web: int, tmp_path: Path) -> None:
+    env = tmp_path / "chat.env"
+    env.write_text("VLLM_API_KEY=k\n")
+    program = ["python3", str(Path(__file__).resolve().parents[3] / "hostside" / "request.py")]
+    fact = Completion()
+    get = json.dumps({"port": web, "path": "/", "body": None, "auth": False,
+                      "env_file": str(env)})  # fmt: skip
+    assert fact.process(run(fact.command(program=program, payload=get)))["ok"] is True
+    post = json.dumps({"port": web, "path": "/v1/completions", "body": {"prompt": "x"},
+                       "auth": True, "env_file": str(env)})  # fmt: skip
+    answer = fact.process(run(fact.command(program=program, payload=post)))
+    assert answer["ok"] is False and answer["status"] == 501
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        closed = probe.getsockname()[1]
+    refused = json.dumps({"port": closed, "path": "/", "body": None, "auth": False,
+                          "env_file": str(env)})  # fmt: skip
+    answer = fact.process(run(fact.command(program=program, payload=refused)))
+    assert answer["ok"] is False and "request failed" in answer["error"]

@@ -225,3 +225,12 @@ def test_a_cause_the_facts_show_beats_a_generic_engine_death() -> None:
     d = diagnose(failing(body(LOGS / "engine-died.log"), model_path="/m", unreadable=[
         {"path": "/m/config.json", "owner": "root:root", "mode": "600", "dir": False}]))
     assert d.signature == "model-unreadable"
+
+
+def test_health_without_a_completion_is_not_healthy() -> None:
+    ev = Evidence("h", "s", unit={"ActiveState": "active", "SubState": "running",
+                                  "NRestarts": "0"}, health=200, ready=False,
+                  ready_error="HTTP 500: engine dead")  # fmt: skip
+    d = diagnose(ev)
+    assert d.status == UNKNOWN
+    assert d.state.endswith("completion: HTTP 500: engine dead")
