@@ -167,7 +167,8 @@ class ProcessOwners(FactBase):
 
 class ReadableAs(FactBase):
     """The paths below ``path`` (and its parent folders) that ``user`` cannot read or enter,
-    tested as that user (``runuser -u USER -- test -r``); at most ``limit`` entries walked.
+    tested as that user (``runuser -u USER -- test -r``); at most ``limit`` entries walked,
+    hidden ones (vllm-fleet's own manifest) left out: vLLM does not read them.
 
     .. code:: python
 
@@ -186,7 +187,8 @@ class ReadableAs(FactBase):
             'd=$(dirname "$p"); while [ "$d" != "/" ]; do '
             'runuser -u "$u" -- test -x "$d" || echo "@@no d $(stat -c "%U:%G %a" "$d") $d"; '
             'd=$(dirname "$d"); done; '
-            'find -L "$p" -maxdepth 4 2>/dev/null | head -n "$n" | while IFS= read -r f; do '
+            'find -L "$p" -maxdepth 4 ! -name ".*" 2>/dev/null | head -n "$n" | '
+            'while IFS= read -r f; do '
             'if [ -d "$f" ]; then op=-x; k=d; else op=-r; k=f; fi; '
             'runuser -u "$u" -- test $op "$f" || echo "@@no $k $(stat -L -c "%U:%G %a" "$f") $f"; '
             "done"
