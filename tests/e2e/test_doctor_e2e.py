@@ -138,11 +138,19 @@ def exec_start() -> str:
     return next(line for line in unit.splitlines() if line.startswith("ExecStart="))
 
 
+#: Processes a test started on the host (by pid), to end after it.
+SQUATTERS: list[str] = []
+
+
 @pytest.fixture
 def undo() -> Iterator[None]:
     """Put the host back after a fault: drop-in, squatter, modes and mounts."""
     yield
-    on_host(f"rm -f {DROPIN}; systemctl daemon-reload; systemctl stop doctor-squatter.service; "
+    while SQUATTERS:
+        pid = SQUATTERS.pop()
+        if pid.isdigit():
+            on_host(f"kill {pid}")
+    on_host(f"rm -f {DROPIN}; systemctl daemon-reload; "
             f"chmod 0644 $(readlink -f {MODEL}/config.json); "
             "mountpoint -q /dev/shm && grep -q ' /dev/shm tmpfs .*size=256k' /proc/mounts "
             "&& umount /dev/shm; true")
@@ -168,9 +176,18 @@ def test_an_unreachable_host_is_reported_and_the_report_goes_on(fleet: Path, tmp
 
 def test_port_taken_by_another_user_in_a_restart_loop(fleet: Path, undo) -> None:
     stop()
-    on_host(f"systemd-run --unit=doctor-squatter -p User=nobody python3 -c "
-            f"'import socket,time; s=socket.socket(); s.bind((\"127.0.0.1\", {PORT})); "
-            f"s.listen(); time.sleep(900)'")
+    code = (f'import socket,time; s=socket.socket(); s.bind(("127.0.0.1", {PORT})); s.listen(); '
+            "time.sleep(900)")
+    squatter = on_host("setpriv --reuid=nobody --regid=nogroup --clear-groups python3 -c "
+                       f"{shlex.quote(code)} "
+                       "</dev/null >/dev/null 2>&1 & echo $!").stdout.strip()
+    SQUATTERS.append(squatter)
+    for _ in range(30):
+        if f"pid={squatter}," in on_host(f"ss -Hltnp 'sport = :{PORT}'").stdout:
+            break
+        time.sleep(1)
+    else:
+        raise AssertionError(f"the squatter (pid {squatter!r}) never listened on {PORT}")
     start_failing("Address already in use", restarts=3)
     status, report, text = doctor(fleet, f"{HOST}/doc")
     doc = server(report)
