@@ -176,8 +176,11 @@ def test_an_unreachable_host_is_reported_and_the_report_goes_on(fleet: Path, tmp
 
 def test_port_taken_by_another_user_in_a_restart_loop(fleet: Path, undo) -> None:
     stop()
-    code = (f'import socket,time; s=socket.socket(); s.bind(("127.0.0.1", {PORT})); s.listen(); '
-            "time.sleep(900)")
+    # SO_REUSEADDR as servers set it: the port's connections to the stopped server are still
+    # in TIME_WAIT, and a plain bind would fail on them.
+    code = ("import socket,time; s=socket.socket(); "
+            "s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); "
+            f's.bind(("127.0.0.1", {PORT})); s.listen(); time.sleep(900)')
     squatter = on_host("setpriv --reuid=nobody --regid=nogroup --clear-groups python3 -c "
                        f"{shlex.quote(code)} "
                        "</dev/null >/dev/null 2>&1 & echo $!").stdout.strip()
