@@ -24,6 +24,7 @@ from rich.table import Table
 from cli import remote
 from cli.bench.command import add_parser as add_bench_parser
 from cli.console import connect, err, out, plural, report
+from cli.doctor.command import add_parser as add_doctor_parser
 from cli.drift.command import add_parser as add_drift_parser
 from cli.models import add_parser as add_models_parser
 from cli.planplace import cmd_plan_place
@@ -293,6 +294,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_drift_parser(sub, default)
     add_models_parser(sub, default)
     add_status_parser(sub, default)
+    add_doctor_parser(sub, default)
 
     schema = sub.add_parser("schema", help="print the fleet file's JSON Schema")
     schema.set_defaults(func=cmd_schema)
