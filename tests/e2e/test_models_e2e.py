@@ -370,7 +370,9 @@ def alpha_only(path: Path) -> Path:
     text = write_fleet(path).read_text()
     lines = text.splitlines(keepends=True)
     beta = next(i for i, line in enumerate(lines) if line.strip() == "beta:")
-    kept = [line for line in lines[:beta] if not line.lstrip().startswith("tiny-b:")]
+    start = next(i for i, line in enumerate(lines) if line.strip() == "tiny-b:")
+    end = next(i for i in range(start + 1, len(lines)) if not lines[i].startswith("    "))
+    kept = lines[:start] + lines[end:beta]
     path.write_text("".join(kept))
     return path
 
