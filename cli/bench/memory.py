@@ -105,6 +105,16 @@ class MemorySampler:
         )
         self._reader = asyncio.create_task(self._read())
 
+    async def first_sample(self, timeout: float) -> bool:
+        """Wait until the first sample arrived (the ssh connection is up), the command ended,
+        or ``timeout`` seconds passed; whether a sample is in."""
+        end = time.perf_counter() + timeout
+        while not self.samples and time.perf_counter() < end:
+            if self._process is None or self._process.returncode is not None:
+                break
+            await asyncio.sleep(0.1)
+        return bool(self.samples)
+
     async def _read(self) -> None:
         assert self._process is not None and self._process.stdout is not None
         async for raw in self._process.stdout:

@@ -51,6 +51,8 @@ DRIFT_LIMIT = 0.20
 #: … or when memory grew by more than this fraction from the first quarter to the last.
 MEMORY_GROWTH_LIMIT = 0.10
 MIB = 1024 * 1024
+#: How long the soak waits for the unit's memory sampler to connect before its load starts.
+FIRST_SAMPLE_TIMEOUT_S = 15.0
 
 
 @dataclass
@@ -383,6 +385,9 @@ class PlanRun:
         poller = None
         if sampler is not None:
             await sampler.start()
+            # Its first sample needs an ssh connection: wait for it, so the soak's memory is
+            # read from the soak's first second, not from whenever ssh got there.
+            await sampler.first_sample(FIRST_SAMPLE_TIMEOUT_S)
         if target.runner.options.scrape_metrics:
             poller = asyncio.create_task(self._rss_from_metrics(session, target, interval, rss))
         try:
