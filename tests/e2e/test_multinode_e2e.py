@@ -81,6 +81,15 @@ def answers(port: int = API_PORT) -> bool:
     return on_host(f"python3 -c {shlex.quote(script)}", HEAD).returncode == 0
 
 
+def journals(lines: int = 60) -> str:
+    """Every member's last log lines of the group's unit (for a failure's message)."""
+    return "".join(
+        f"\n--- {host}: journalctl -u {UNIT}\n"
+        + on_host(f"journalctl -u {UNIT} -n {lines} --no-pager -o short-monotonic", host).stdout
+        for host in (HEAD, WORKER)
+    )
+
+
 def started(host: str) -> str:
     """When the group's unit on ``host`` last became active (changes on every restart)."""
     return on_host(f"systemctl show -p ActiveEnterTimestampMonotonic --value {UNIT}", host).stdout
@@ -96,7 +105,7 @@ def converged(vllm_pair, testmodel_server, tmp_path_factory: pytest.TempPathFact
     """The group deployed across both hosts (retiring what the module before left there)."""
     fleet = write_fleet(tmp_path_factory.mktemp("fleet") / "fleet.yaml")
     result = deploy(fleet)
-    assert result.returncode == 0, output(result)[-8000:]
+    assert result.returncode == 0, output(result)[-6000:] + journals()
     e2e.prune_other_models(fleet)
     return fleet
 
@@ -151,21 +160,6 @@ def test_verify_checks_every_member(converged: Path) -> None:
 # --------------------------------------------------------------------------- faults
 
 
-def test_a_killed_worker_rejoins_and_the_group_serves_again(converged: Path) -> None:
-    head_before = started(HEAD)
-    pid = main_pid(WORKER)
-    on_host(f"kill -9 {pid}", WORKER)
-    deadline = time.monotonic() + RECOVERY
-    while time.monotonic() < deadline:
-        time.sleep(10)
-        if main_pid(WORKER) not in (0, pid) and started(HEAD) != head_before and answers():
-            break
-    else:
-        pytest.fail(f"the group did not serve again within {RECOVERY}s")
-    drift = e2e.fleet_cli(converged, "drift", str(converged), "--json")
-    assert drift.returncode == 0, output(drift)[-4000:]
-
-
 def test_an_unreachable_worker_host_fails_the_deploy_before_any_restart(
     converged: Path, tmp_path: Path
 ) -> None:
@@ -191,3 +185,18 @@ def test_a_worker_on_another_vllm_release_is_refused_before_any_restart(
     assert result.returncode != 0
     assert f"host {WORKER!r} runs vLLM 0.33.0 cpu, this host 0.32.0 cpu" in output(result)
     assert {host: started(host) for host in (HEAD, WORKER)} == before
+
+
+def test_a_killed_worker_rejoins_and_the_group_serves_again(converged: Path) -> None:
+    head_before = started(HEAD)
+    pid = main_pid(WORKER)
+    on_host(f"kill -9 {pid}", WORKER)
+    deadline = time.monotonic() + RECOVERY
+    while time.monotonic() < deadline:
+        time.sleep(10)
+        if main_pid(WORKER) not in (0, pid) and started(HEAD) != head_before and answers():
+            break
+    else:
+        pytest.fail(f"the group did not serve again within {RECOVERY}s")
+    drift = e2e.fleet_cli(converged, "drift", str(converged), "--json")
+    assert drift.returncode == 0, output(drift)[-4000:]
