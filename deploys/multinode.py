@@ -170,8 +170,11 @@ def group_members(
         group = entry.group
         assert group is not None
         if entry.role == "head":
-            head_changed = any_changed(restart[entry.name], started[entry.name])
-            waits = WAITS.setdefault((group.head, group.server), [])
+            key = (group.head, group.server)
+            # a worker that did not join fails the group: the head is not waited for then
+            head_changed = [any_changed(restart[entry.name], started[entry.name]),
+                            group_served(key)]
+            waits = WAITS.setdefault(key, [])
             waits.append(member_up(
                 name=f"Wait until the head of {group.server} serves, every member joined",
                 unit=entry.unit, member=_member(entry), group=group.server,
