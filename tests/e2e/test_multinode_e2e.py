@@ -4,9 +4,11 @@ The session's two shared hosts (tests/e2e/conftest.py ``vllm_pair``) run the tes
 **one** server with vLLM's own multi-node launcher on the CPU build: tensor parallel 2, one
 rank per host (``--nnodes 2``; the worker ``--headless``), over gloo on the shared loopback.
 One deploy for the module (it retires what the module before left on both hosts); then: both
-members joined, a completion answered by the group, a second deploy with zero changes, a
-worker killed and the group serving again by itself, drift clean; and the refusals: a worker
-host that cannot be reached, a worker on another vLLM release — both before any restart.
+members joined, a completion answered by the group, a second deploy with zero changes, drift
+clean and verify passing on both; the refusals: a worker host that cannot be reached, a worker
+on another vLLM release — both before any restart; a new configuration that vLLM refuses at
+start put back on both members (restart-or-restore); last, a worker killed and the group
+serving again by itself, drift clean.
 What the CPU build cannot run across hosts (pipeline parallel, Ray) is docs/multinode.md's.
 """
 
