@@ -153,10 +153,15 @@ def group_members(
                 name=f"Restart {entry.unit} ({_member(entry)}) without waiting",
                 unit=entry.unit, _if=any_changed(*changes[entry.name]))
     for entry in entries:
+        group = entry.group
+        assert group is not None
+        # `systemctl start` waits for the member's start (a worker's join): a failure there is
+        # the group's, restored below, not the end of this host's deploy
         started[entry.name] = systemd.service(
             name=f"Enable and start {entry.unit}", service=entry.unit, running=True,
-            enabled=True,
+            enabled=True, _ignore_errors=True,
         )
+        WAITS.setdefault((group.head, group.server), []).append(started[entry.name])
     for entry in entries:
         group = entry.group
         assert group is not None
