@@ -84,8 +84,8 @@ def prometheus_source(
 
     Example:
         >>> from fleet.load import load_text
-        >>> fleet = load_text("version: 1\nmonitoring: {host: a, prometheus: {port: 18600}}\n"
-        ...     "hosts: {a: {address: sandbox, vllm: {version: 0.32.0, variant: cpu}}}\n", "f")
+        >>> fleet = load_text("version: 1\\nmonitoring: {host: a, prometheus: {port: 18600}}\\n"
+        ...     "hosts: {a: {address: sandbox, vllm: {version: 0.32.0, variant: cpu}}}\\n", "f")
         >>> prometheus_source(fleet, "f", None)[0]
         'http://127.0.0.1:18600'
     """

@@ -119,8 +119,8 @@ def monitoring_units(plan: HostPlan) -> list[tuple[str, str]]:
     Example:
         >>> from fleet.load import load_text
         >>> from fleet.render import host_plan
-        >>> fleet = load_text("version: 1\nmonitoring: {host: a}\nhosts:\n  a:\n    address: "
-        ...     "sandbox\n    vllm: {version: 0.32.0, variant: cpu}\n", "f.yaml")
+        >>> fleet = load_text("version: 1\\nmonitoring: {host: a}\\nhosts:\\n  a:\\n    address: "
+        ...     "sandbox\\n    vllm: {version: 0.32.0, variant: cpu}\\n", "f.yaml")
         >>> monitoring_units(host_plan(fleet, "a", secrets=lambda ref: ""))
         [('node', 'prometheus-node-exporter.service'), ('prometheus', 'prometheus.service')]
     """
