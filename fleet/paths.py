@@ -192,3 +192,5 @@ GPU_METRICS_UNIT = "vllm-fleet-gpu-metrics.service"
 ALERTMANAGER_CONFIG = f"{PROMETHEUS_DIR}/alertmanager.yml"
 ALERTMANAGER_DATA = "/var/lib/prometheus/alertmanager"
 ALERTMANAGER_DROPIN = "/etc/systemd/system/prometheus-alertmanager.service.d/50-vllm-fleet.conf"
+#: What `fleet drift --textfile` writes for the node exporter (vllm_fleet_drift_findings).
+DRIFT_TEXTFILE = f"{TEXTFILE_DIR}/vllm_fleet_drift.prom"
