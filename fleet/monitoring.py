@@ -1063,3 +1063,37 @@ def _prometheus_plan(fleet: Fleet, monitoring: Monitoring) -> PrometheusPlan:
         alertmanager_config_path=ALERTMANAGER_CONFIG if manager else None,
         alertmanager_config_text=alertmanager_config() if manager else None,
     )
+
+
+def rendered_files(plan: MonitoringPlan | None) -> list[tuple[str, str]]:
+    """``(path, text)`` of every monitoring file a host gets (what ``fleet render`` shows):
+    drop-ins, the GPU feeder's unit, prometheus.yml, its rules, alertmanager.yml.
+
+    Example:
+        >>> from fleet.spec import Fleet
+        >>> fleet = Fleet.model_validate({"version": 1, "monitoring": {"host": "a"}, "hosts": {
+        ...     "a": {"address": "sandbox", "vllm": {"version": "0.32.0", "variant": "cpu"}}}})
+        >>> [path for path, _ in rendered_files(monitoring_plan(fleet, "a"))]
+        ... # doctest: +NORMALIZE_WHITESPACE
+        ['/etc/systemd/system/prometheus-node-exporter.service.d/50-vllm-fleet.conf',
+         '/etc/systemd/system/prometheus.service.d/50-vllm-fleet.conf',
+         '/etc/prometheus/vllm-fleet/prometheus.yml', '/etc/prometheus/vllm-fleet/fleet-rules.yml']
+    """
+    if plan is None:
+        return []
+    found = [(plan.node_exporter.path, plan.node_exporter.text)]
+    if plan.gpu_metrics is not None:
+        found.append((plan.gpu_metrics.unit_path, plan.gpu_metrics.unit_text))
+    server = plan.prometheus
+    if server is not None:
+        found += [
+            (server.service.path, server.service.text),
+            (PROMETHEUS_CONFIG, server.config_text),
+            (f"{server.config_dir}/{PROMETHEUS_RULES_NAME}", server.rules_text),
+        ]
+        if server.alertmanager is not None and server.alertmanager_config_path is not None:
+            found += [
+                (server.alertmanager.path, server.alertmanager.text),
+                (server.alertmanager_config_path, server.alertmanager_config_text or ""),
+            ]
+    return found
