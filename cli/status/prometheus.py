@@ -142,7 +142,7 @@ def merge(status: FleetStatus, url: str, ask: Ask = query) -> FleetStatus:
                 continue
             row.source = "prometheus"
             if key == "up":
-                if value == 0 and row.health == UP:
+                if value == 0:
                     row.health, row.state = DOWN, row.state + ", Prometheus: scrape failed"
                 continue
             setattr(row, key, round(value, 4) if key != "kv_cache_pct" else round(value, 1))
