@@ -33,7 +33,7 @@ from cli.console import err, out
 from cli.status import prometheus
 from cli.status.model import UP, FleetStatus, fleet_status
 from cli.status.probe import HostProbe, probe
-from cli.status.startup import Start, starts
+from cli.status.startup import Start, merge_recorded, starts
 from cli.status.view import screen, startup_table
 from fleet.hostplan import HostPlan
 from fleet.inventory import connection_data
@@ -126,7 +126,8 @@ def collect(args: Any, history: dict) -> tuple[FleetStatus, dict[str, list[Start
             for server in plan.servers:
                 lines = found[name].sections.get(("journal", server.name))
                 if lines is not None:
-                    started[f"{name}/{server.name}"] = starts(lines)
+                    recorded = found[name].sections.get(("startups", server.name), [])
+                    started[f"{name}/{server.name}"] = merge_recorded(starts(lines), recorded)
     return status, started
 
 

@@ -25,6 +25,7 @@ from typing import Any
 from cli import remote
 from facts.gpuhealth import HEALTH_COMMAND
 from fleet.hostplan import HostPlan
+from fleet.paths import startup_record
 
 #: The systemd properties read per server unit.
 UNIT_PROPERTIES = (
@@ -101,6 +102,8 @@ def probe_script(plan: HostPlan, startup: bool = False, gpus: bool = True) -> st
                 f"echo {q(MARKER + 'journal ' + server.name)}",
                 f"journalctl -u {q(server.unit)} -o short-iso-precise --no-pager "
                 f"-n {JOURNAL_LINES} 2>&1 || true",
+                f"echo {q(MARKER + 'startups ' + server.name)}",
+                f"cat {q(startup_record(server.name))} 2>/dev/null || true",
             ]
     for part, unit in monitoring_units(plan):
         lines += [

@@ -157,6 +157,7 @@ def startup_table(found: dict[str, list[Start]], last: int = 5) -> Table:
         "server",
         "started",
         "vLLM",
+        "model install",
         *PHASES,
         "total",
         title="time to ready (s)",
@@ -169,6 +170,7 @@ def startup_table(found: dict[str, list[Start]], last: int = 5) -> Table:
                 name,
                 start.began_at,
                 cell(start.version),
+                cell(_number(start.model_install_s, digits=1)),
                 *[cell(_number(start.phases.get(p), digits=1)) for p in PHASES],
                 cell(total, OK if start.ready else BAD),
             )

@@ -107,6 +107,7 @@ def test_probe_script_asks_each_server_and_the_gpus(plans) -> None:
         "echo '@@ http-health chat'",
         "echo '@@ metrics chat'",
         "echo '@@ journal chat'",
+        "echo '@@ startups chat'",
         "echo '@@ health'",
     ]
     assert "nvidia-smi --query-gpu=" in script and "VLLM_API_KEY" not in script
