@@ -105,8 +105,13 @@ def eventually(check, timeout: float = 60):
 @pytest.fixture(scope="module")
 def first_fleet(vllm_host, testmodel_server, tmp_path_factory) -> Path:
     """The fleet file with ``mon-a`` and monitoring, deployed."""
-    fleet, _ = deployed(tmp_path_factory.mktemp("mon-1"), {"mon-a": PORT_A})
+    fleet, output = deployed(tmp_path_factory.mktemp("mon-1"), {"mon-a": PORT_A})
+    FIRST_OUTPUT.append(output)
     return fleet
+
+
+#: The first deploy's output.
+FIRST_OUTPUT: list[str] = []
 
 
 @pytest.fixture(scope="module")
@@ -228,6 +233,19 @@ def test_fleet_status_takes_its_figures_from_the_fleets_prometheus(first_fleet, 
     screen = e2e.fleet_cli(first_fleet, "status", str(first_fleet), timeout=120)
     print(screen.stdout)  # the screen docs/monitoring.md and the README show
     assert screen.returncode == 0 and f"figures from Prometheus at {first}" in screen.stdout
+
+
+def test_the_deploy_prints_and_records_the_start_in_phases(first_fleet):
+    """The deploy's own line for the start it made; ``fleet status --startup`` shows it from
+    the record (and the journal), with every phase the CPU build logs."""
+    assert "mon-a: ready in " in FIRST_OUTPUT[0], FIRST_OUTPUT[0][-3000:]
+    _, report = status(first_fleet, "--startup")
+    last = report["startup"][f"{HOST}/mon-a"][-1]
+    assert last["recorded"] and last["ready"] and last["version"] == "0.32.0"
+    logged = {name: value for name, value in last["phases"].items()
+              if name != "CUDA graph capture"}  # fmt: skip
+    assert all(value is not None and value >= 0 for value in logged.values()), last
+    print(f"mon-a start: {last}")
 
 
 def test_fleet_status_says_when_prometheus_does_not_answer_and_asks_the_hosts(first_fleet, first):
