@@ -22,11 +22,13 @@ JOURNAL = Path(__file__).resolve().parents[2] / "data" / "vllm-startup" / (
 LINES = JOURNAL.read_bytes().decode().split("\n")
 
 
-def recorder(tmp_path: Path, record: Path, installs: Path) -> subprocess.CompletedProcess:
+def recorder(
+    tmp_path: Path, record: Path, installs: Path, journal: Path = JOURNAL
+) -> subprocess.CompletedProcess:
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir(exist_ok=True)
     standin = bin_dir / "journalctl"
-    standin.write_text(f"#!/bin/sh\n# STAND-IN journalctl for this test\ncat {JOURNAL}\n")
+    standin.write_text(f"#!/bin/sh\n# STAND-IN journalctl for this test\ncat {journal}\n")
     standin.chmod(0o755)
     env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
     return subprocess.run(
@@ -75,3 +77,14 @@ def test_the_installer_logs_each_install(tmp_path):
     (entry,) = [json.loads(line) for line in (tmp_path / INSTALLS_LOG).read_text().splitlines()]
     assert (entry["model"], entry["seconds"], entry["summary"]) == (
         "tiny", 4.26, "tiny: installed 1a2b3c4d")  # fmt: skip
+
+
+def test_a_start_that_cannot_be_recorded_never_fails_the_deploy(tmp_path):
+    empty = tmp_path / "empty.journal"
+    empty.write_text("-- No entries --\n")
+    result = recorder(tmp_path, tmp_path / "a.jsonl", tmp_path / "none.jsonl", empty)
+    assert result.returncode == 0 and "nothing recorded" in result.stdout
+    assert not (tmp_path / "a.jsonl").exists()
+    unwritable = tmp_path / "missing-folder" / "a.jsonl"
+    result = recorder(tmp_path, unwritable, tmp_path / "none.jsonl")
+    assert result.returncode == 0 and "start not recorded" in result.stdout
