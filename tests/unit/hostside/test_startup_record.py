@@ -7,12 +7,16 @@ reads it (merged with the journal's own starts).
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import subprocess
 import sys
 from pathlib import Path
 
+from rich.console import Console
+
+from cli.status.view import startup_table
 from hostside import local_path
 from hostside.fetch_model import INSTALLS_LOG, log_install
 from hostside.startup_phases import merge_recorded, starts
@@ -88,3 +92,18 @@ def test_a_start_that_cannot_be_recorded_never_fails_the_deploy(tmp_path):
     unwritable = tmp_path / "missing-folder" / "a.jsonl"
     result = recorder(tmp_path, unwritable, tmp_path / "none.jsonl")
     assert result.returncode == 0 and "start not recorded" in result.stdout
+
+
+def test_status_shows_the_model_install_beside_the_phases(tmp_path):
+    began = starts(LINES)[-1].marks["begin"]
+    installs = tmp_path / INSTALLS_LOG
+    installs.write_text(json.dumps({"model": "tiny-bench", "ended_s": began - 1, "seconds": 3.25}))
+    record = tmp_path / "bench.jsonl"
+    assert recorder(tmp_path, record, installs).returncode == 0
+    merged = merge_recorded(starts(LINES), record.read_text().splitlines())
+    console = Console(record=True, width=250, file=io.StringIO())
+    console.print(startup_table({"e2e-vllm/bench": merged}))
+    lines = console.export_text().splitlines()
+    header, row = [line for line in lines if "┃" in line or "│" in line]
+    assert header.split("┃")[4].strip() == "model install"
+    assert row.split("│")[4].strip() == "3.2" and row.split("│")[5].strip() == "27.9"
