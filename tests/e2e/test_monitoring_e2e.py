@@ -21,6 +21,8 @@ from pathlib import Path
 
 import pytest
 
+from cli.status import prometheus
+from fleet.inventory import connection_data
 from fleet.load import load_fleet
 from fleet.monitoring import prometheus_url
 from fleet.paths import PROMETHEUS_CONFIG, PROMETHEUS_DIR, remote_program
@@ -233,6 +235,20 @@ def test_fleet_status_takes_its_figures_from_the_fleets_prometheus(first_fleet, 
     screen = e2e.fleet_cli(first_fleet, "status", str(first_fleet), timeout=120)
     print(screen.stdout)  # the screen docs/monitoring.md and the README show
     assert screen.returncode == 0 and f"figures from Prometheus at {first}" in screen.stdout
+
+
+def test_a_prometheus_on_loopback_of_a_remote_host_is_asked_there_over_ssh(first_fleet, first):
+    """The path a real host's Prometheus on 127.0.0.1 takes (the request program, over ssh),
+    run against the sandbox host's: the same answers as asked directly."""
+    fleet = load_fleet(first_fleet)
+    data = connection_data(HOST, fleet.hosts[HOST], str(first_fleet))
+    ask = prometheus.over_ssh(data, PROMETHEUS_PORT)
+    over_ssh = {(labels["job"], labels["host"]): value
+                for labels, value in ask(first, prometheus.MONITORING_UP)}  # fmt: skip
+    direct = {(labels["job"], labels["host"]): value
+              for labels, value in prometheus.query(first, prometheus.MONITORING_UP)}  # fmt: skip
+    assert over_ssh == direct == {("node", HOST): 1.0, ("prometheus", HOST): 1.0}
+    assert ask(first, 'vllm:num_requests_running{server="mon-a"}')[0][1] == 0
 
 
 def test_the_deploy_prints_and_records_the_start_in_phases(first_fleet):
