@@ -32,6 +32,7 @@ from cli.planview import reasons, tables
 from cli.status.command import add_parser as add_status_parser
 from fleet.inventory import DEFAULT_FLEET, fleet_path, plan_of
 from fleet.load import load_fleet
+from fleet.monitoring import rendered_files
 from fleet.plan import plan_fleet
 from fleet.problems import FleetError
 from fleet.render import host_plan
@@ -96,7 +97,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 
 def cmd_render(args: argparse.Namespace) -> int:
-    """Print each server's unit and environment file (secrets masked)."""
+    """Print each server's unit and environment file (secrets masked), and the host's
+    monitoring files."""
     fleet = _load_or_report(args.fleet)
     if fleet is None:
         return 1
@@ -109,6 +111,9 @@ def cmd_render(args: argparse.Namespace) -> int:
             out.print(server.unit_text, markup=False, soft_wrap=True)
             out.rule(f"{name}: {server.env_path} (0600)")
             out.print(server.env_text, markup=False, soft_wrap=True)
+        for path, text in rendered_files(plan.monitoring):
+            out.rule(f"{name}: {path}")
+            out.print(text, markup=False, soft_wrap=True)
     return 0
 
 

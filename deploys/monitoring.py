@@ -28,6 +28,7 @@ from operations.monitoring import monitoring_retired, prometheus_config_installe
 from operations.nvidia import packages_held
 
 PROMTOOL = "/usr/bin/promtool"
+AMTOOL = "/usr/bin/amtool"
 
 
 @deploy("Monitoring")
@@ -147,10 +148,30 @@ def _prometheus(plan: PrometheusPlan) -> None:
     )
     del script_ops
     if plan.alertmanager is not None and plan.alertmanager_config_path is not None:
-        config_op = files.put(
-            name="Write Alertmanager's configuration",
-            src=StringIO(plan.alertmanager_config_text or ""),
-            dest=plan.alertmanager_config_path,
-            user="root", group="root", mode="644",
-        )  # fmt: skip
-        _packaged_service(plan.alertmanager, "Alertmanager", changed=(config_op,))
+        _alertmanager(plan, plan.alertmanager, plan.alertmanager_config_path, script)
+
+
+def _alertmanager(plan: PrometheusPlan, service: ServiceDropin, config_path: str,
+                  script: str) -> None:  # fmt: skip
+    """Drop-in, pinned package (it brings amtool), then its configuration, installed only once
+    ``amtool check-config`` passed; restarted when any of them changed."""
+    dropin = _dropin(service, "Alertmanager")
+    installed = _install(service, "Alertmanager")
+    folder, _, name = config_path.rpartition("/")
+    config = prometheus_config_installed(
+        name="Install alertmanager.yml (only once amtool check-config passed)",
+        files={name: plan.alertmanager_config_text or ""},
+        live_dir=folder,
+        staging_dir=plan.staging_dir,
+        script=script,
+        promtool=PROMTOOL,
+        amtool=AMTOOL,
+    )
+    server.shell(
+        name=f"Restart {service.unit} (its drop-in, package or configuration changed)",
+        commands=[f"systemctl reset-failed {service.unit} 2>/dev/null || true",
+                  f"systemctl restart {service.unit}"],
+        _if=any_changed(dropin, installed, config),
+    )  # fmt: skip
+    systemd.service(name=f"Enable and start {service.unit}", service=service.unit,
+                    running=True, enabled=True)  # fmt: skip

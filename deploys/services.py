@@ -29,6 +29,7 @@ from operations.services import (
     server_restarted,
     undeclared_servers_removed,
 )
+from operations.startups import start_recorded
 
 
 @deploy("Servers no longer in the fleet file")
@@ -88,6 +89,7 @@ def services(
         "check_ready": "the readiness check",
         "restart_or_restore": "the restart-or-restore helper",
         "request": "the request program (fleet verify, fleet complete)",
+        "startup_phases": "the start recorder (time to ready, in phases)",
         **({"vllm_serve": "the group member program (vllm serve, headless workers)",
             "wait_joined": "the group join waiter",
             "group_wait": "the group member waiter"}
@@ -174,6 +176,14 @@ def services(
             env_file=entry.env_path,
             script=checker,
             python=python,
+            _if=any_changed(restart_op, start_op),
+        )
+        start_recorded(
+            name=f"Record {entry.name}'s start, in phases",
+            unit=unit,
+            server=entry.name,
+            model=entry.model,
+            script=uploaded["startup_phases"][0],
             _if=any_changed(restart_op, start_op),
         )
     if members:

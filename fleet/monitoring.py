@@ -515,8 +515,31 @@ def _num(value: float) -> str:
     return str(int(value)) if float(value).is_integer() else repr(float(value))
 
 
-def alert_rules(values: dict[str, float]) -> list[dict]:
-    """The alerting rules, with ``values`` (:func:`thresholds`) filled in.
+#: The alerting rules' names, in the order of the rules file.
+ALERTS = (
+    "VllmServerDown", "VllmReadinessLost", "VllmRestartsLooping", "VllmQueueWaiting",
+    "VllmPreemptions", "VllmKvCacheHigh", "ExporterDown", "FleetDriftFound", "GpuMemoryHigh",
+    "GpuTemperatureHigh", "GpuTemperatureCritical", "GpuUnderused", "GpuPowerAtLimit",
+)  # fmt: skip
+#: The longest ``monitoring.alert_for_s`` accepted (a day).
+MAX_ALERT_FOR_S = 86400
+
+
+def _duration(seconds: int) -> str:
+    """A ``for:`` duration as Prometheus writes it.
+
+    Example:
+        >>> _duration(120), _duration(90), _duration(0)
+        ('2m', '90s', '0m')
+    """
+    if seconds % 60 == 0:
+        return f"{seconds // 60}m"
+    return f"{seconds}s"
+
+
+def alert_rules(values: dict[str, float], waits: dict[str, int] | None = None) -> list[dict]:
+    """The alerting rules, with ``values`` (:func:`thresholds`) filled in, and each alert's
+    ``for`` from ``waits`` (seconds, by alert name: ``monitoring.alert_for_s``) where given.
 
     Example:
         >>> rules = alert_rules({name: t.default for name, t in THRESHOLDS.items()})
@@ -628,6 +651,8 @@ def alert_rules(values: dict[str, float]) -> list[dict]:
     ]
     out = []
     for alert, expr, wait, severity, summary in rules:
+        if waits and alert in waits:
+            wait = _duration(waits[alert])
         rule: dict = {"alert": alert, "expr": expr}
         if wait != "0m":
             rule["for"] = wait
@@ -652,7 +677,8 @@ def rules_text(fleet: Fleet) -> str:
         >>> "> 90" in rules_text(fleet)
         True
     """
-    groups = [{"name": "vllm-fleet", "rules": alert_rules(thresholds(fleet))}]
+    waits = fleet.monitoring.alert_for_s if fleet.monitoring else {}
+    groups = [{"name": "vllm-fleet", "rules": alert_rules(thresholds(fleet), waits)}]
     if any(host_exporters(fleet, name).gpu == "dcgm" for name in fleet.hosts):
         groups.insert(0, {"name": "vllm-fleet-dcgm", "rules": recording_rules()})
     return _header(PROMETHEUS_RULES_NAME) + yaml.safe_dump(
@@ -803,6 +829,16 @@ def _check_thresholds(monitoring: Monitoring) -> Iterator[Finding]:
                 f"give {_num(entry.low)}–{_num(entry.high)} {entry.unit} "
                 f"(default {_num(entry.default)})",
             )
+    for name, seconds in monitoring.alert_for_s.items():
+        path = ("monitoring", "alert_for_s", name)
+        if name not in ALERTS:
+            yield (
+                path,
+                f"no alert is named {name!r}",
+                suggest(name, ALERTS) or f"alerts are: {', '.join(ALERTS)}",
+            )
+        elif not 0 <= seconds <= MAX_ALERT_FOR_S:
+            yield (path, f"{seconds} s is out of range", f"give 0–{MAX_ALERT_FOR_S} seconds")
     values = {**{n: t.default for n, t in THRESHOLDS.items()}, **monitoring.thresholds}
     warn, crit = (
         values["gpu_temperature_warning_celsius"],
@@ -1027,3 +1063,37 @@ def _prometheus_plan(fleet: Fleet, monitoring: Monitoring) -> PrometheusPlan:
         alertmanager_config_path=ALERTMANAGER_CONFIG if manager else None,
         alertmanager_config_text=alertmanager_config() if manager else None,
     )
+
+
+def rendered_files(plan: MonitoringPlan | None) -> list[tuple[str, str]]:
+    """``(path, text)`` of every monitoring file a host gets (what ``fleet render`` shows):
+    drop-ins, the GPU feeder's unit, prometheus.yml, its rules, alertmanager.yml.
+
+    Example:
+        >>> from fleet.spec import Fleet
+        >>> fleet = Fleet.model_validate({"version": 1, "monitoring": {"host": "a"}, "hosts": {
+        ...     "a": {"address": "sandbox", "vllm": {"version": "0.32.0", "variant": "cpu"}}}})
+        >>> [path for path, _ in rendered_files(monitoring_plan(fleet, "a"))]
+        ... # doctest: +NORMALIZE_WHITESPACE
+        ['/etc/systemd/system/prometheus-node-exporter.service.d/50-vllm-fleet.conf',
+         '/etc/systemd/system/prometheus.service.d/50-vllm-fleet.conf',
+         '/etc/prometheus/vllm-fleet/prometheus.yml', '/etc/prometheus/vllm-fleet/fleet-rules.yml']
+    """
+    if plan is None:
+        return []
+    found = [(plan.node_exporter.path, plan.node_exporter.text)]
+    if plan.gpu_metrics is not None:
+        found.append((plan.gpu_metrics.unit_path, plan.gpu_metrics.unit_text))
+    server = plan.prometheus
+    if server is not None:
+        found += [
+            (server.service.path, server.service.text),
+            (PROMETHEUS_CONFIG, server.config_text),
+            (f"{server.config_dir}/{PROMETHEUS_RULES_NAME}", server.rules_text),
+        ]
+        if server.alertmanager is not None and server.alertmanager_config_path is not None:
+            found += [
+                (server.alertmanager.path, server.alertmanager.text),
+                (server.alertmanager_config_path, server.alertmanager_config_text or ""),
+            ]
+    return found

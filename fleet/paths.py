@@ -192,3 +192,19 @@ GPU_METRICS_UNIT = "vllm-fleet-gpu-metrics.service"
 ALERTMANAGER_CONFIG = f"{PROMETHEUS_DIR}/alertmanager.yml"
 ALERTMANAGER_DATA = "/var/lib/prometheus/alertmanager"
 ALERTMANAGER_DROPIN = "/etc/systemd/system/prometheus-alertmanager.service.d/50-vllm-fleet.conf"
+#: What `fleet drift --textfile` writes for the node exporter (vllm_fleet_drift_findings).
+DRIFT_TEXTFILE = f"{TEXTFILE_DIR}/vllm_fleet_drift.prom"
+#: The model installer's log of installs (one JSON line each: model, seconds, when it ended).
+MODEL_INSTALLS = f"{MODELS_DIR}/.installs.jsonl"
+#: The deploy's record of each server's starts, in phases (hostside/startup_phases.py).
+STARTUPS_DIR = "/var/lib/vllm-fleet/startups"
+
+
+def startup_record(server: str) -> str:
+    """Where the deploy records server ``server``'s starts (one JSON line a start).
+
+    Example:
+        >>> startup_record("chat")
+        '/var/lib/vllm-fleet/startups/chat.jsonl'
+    """
+    return f"{STARTUPS_DIR}/{server}.jsonl"

@@ -1117,6 +1117,11 @@ class Monitoring(Strict):
         description="Alert thresholds overriding the defaults, by name (see docs/monitoring.md).",
     )
     versions: MonitoringVersions = Field(default_factory=MonitoringVersions)
+    alert_for_s: dict[Annotated[str, Field(pattern=r"^[A-Z][A-Za-z0-9]{0,63}$")], int] = Field(
+        default_factory=dict,
+        description="How long an alert's condition must hold before it fires, in seconds, "
+        "by alert name, overriding its default 'for' (see docs/monitoring.md); 0: at once.",
+    )
 
 
 class Defaults(Strict):

@@ -27,6 +27,7 @@ import json
 import os
 import re
 import sys
+import time
 from pathlib import Path
 
 if not __package__:  # run as a file: siblings import as the hostside package (see hostside)
@@ -116,6 +117,21 @@ def _install(args: argparse.Namespace, layout: Layout) -> str:
     )
 
 
+#: The installs' log in the models folder: one JSON line per install (read by the start
+#: recorder, hostside/startup_phases.py, as the "model install" before a server's start).
+INSTALLS_LOG = ".installs.jsonl"
+
+
+def log_install(models_dir: Path, name: str, seconds: float, summary: str) -> None:
+    """Append one install's duration (download, verify, unpack, switch) to the installs' log;
+    a log that cannot be written never fails the install."""
+    entry = {"model": name, "ended_s": round(time.time(), 3), "seconds": round(seconds, 2),
+             "summary": summary}  # fmt: skip
+    path = models_dir / INSTALLS_LOG
+    with contextlib.suppress(OSError), open(path, "a", encoding="utf-8") as log:
+        log.write(json.dumps(entry) + "\n")
+
+
 def main(argv: list[str] | None = None) -> int:
     """Command-line entry: 0 done, 1 failed (message on stderr), 3 drift found by check."""
     args = _parser().parse_args(argv)
@@ -152,7 +168,10 @@ def main(argv: list[str] | None = None) -> int:
             elif args.command == "remove":
                 say(remove(layout, args.units_dir))
             else:
-                say(_install(args, layout))
+                began = time.monotonic()
+                said = _install(args, layout)
+                log_install(args.models_dir, args.name, time.monotonic() - began, said)
+                say(said)
     except FetchError as err:
         print(f"model {args.name}: {err}", file=sys.stderr, flush=True)
         return 1

@@ -1,4 +1,5 @@
-"""Put a staged Prometheus configuration in place only if ``promtool check config`` passes.
+"""Put a staged Prometheus configuration in place only if ``promtool check config`` passes
+(an Alertmanager configuration: ``amtool check-config``, with ``--amtool``).
 
 The deploy uploads the new ``prometheus.yml`` and its rules file into a staging folder; this
 program checks them there with the installed promtool (which also checks the rules file the
@@ -25,10 +26,12 @@ import urllib.request
 from pathlib import Path
 
 
-def check(promtool: str, config: Path) -> subprocess.CompletedProcess:
-    """``promtool check config`` on ``config``."""
-    return subprocess.run([promtool, "check", "config", str(config)],
-                          capture_output=True, text=True, check=False)  # fmt: skip
+def check(promtool: str, config: Path, amtool: str | None = None) -> subprocess.CompletedProcess:
+    """``promtool check config`` on ``config`` (``amtool check-config`` with ``amtool``: an
+    Alertmanager configuration)."""
+    argv = [amtool, "check-config", str(config)] if amtool else [promtool, "check", "config",
+                                                                  str(config)]  # fmt: skip
+    return subprocess.run(argv, capture_output=True, text=True, check=False)
 
 
 def install(staged: Path, live: Path, names: list[str]) -> None:
@@ -64,6 +67,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--live", type=Path)
     parser.add_argument("--files", nargs="+", help="file names; the first is the configuration")
     parser.add_argument("--promtool", default="/usr/bin/promtool")
+    parser.add_argument("--amtool", help="check with this amtool instead (Alertmanager's config)")
     parser.add_argument("--ready", metavar="URL", help="only wait until URL answers 200")
     parser.add_argument("--timeout", type=float, default=120)
     args = parser.parse_args(argv)
@@ -74,15 +78,16 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     if not (args.staged and args.live and args.files):
         parser.error("give --staged, --live and --files (or --ready URL)")
-    result = check(args.promtool, args.staged / args.files[0])
+    result = check(args.promtool, args.staged / args.files[0], args.amtool)
+    tool = "amtool" if args.amtool else "promtool"
     if result.returncode != 0:
         sys.stderr.write(result.stdout + result.stderr)
         sys.stderr.write(
-            f"promtool refused the new configuration; {args.live} keeps the working one\n"
+            f"{tool} refused the new configuration; {args.live} keeps the working one\n"
         )
         return 1
     install(args.staged, args.live, args.files)
-    print(f"checked by promtool and installed in {args.live}: {', '.join(args.files)}")
+    print(f"checked by {tool} and installed in {args.live}: {', '.join(args.files)}")
     return 0
 
 

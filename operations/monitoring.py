@@ -46,13 +46,19 @@ def sha256(text: str) -> str:
 
 @operation()
 def prometheus_config_installed(
-    files: dict[str, str], live_dir: str, staging_dir: str, script: str, promtool: str
+    files: dict[str, str],
+    live_dir: str,
+    staging_dir: str,
+    script: str,
+    promtool: str,
+    amtool: str | None = None,
 ):
     """Stage the configuration files, check them with promtool, and only then install them.
 
     + files: file name → text, the configuration first (its rules files beside it)
     + live_dir: where Prometheus reads them; staging_dir: where they wait for the check
     + script: the host-side prometheus_config.py; promtool: the installed promtool
+    + amtool: check with this amtool instead (``amtool check-config``: Alertmanager's files)
 
     Compares with the live files (not the staged ones), so a configuration that promtool
     refused is staged and checked again at every deploy until it passes, and never installed.
@@ -80,6 +86,7 @@ def prometheus_config_installed(
     yield StringCommand(
         "python3", QuoteString(script), "--staged", QuoteString(staging_dir),
         "--live", QuoteString(live_dir), "--promtool", QuoteString(promtool),
+        *(["--amtool", QuoteString(amtool)] if amtool else []),
         "--files", *[QuoteString(name) for name in files],
     )  # fmt: skip
 

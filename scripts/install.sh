@@ -12,6 +12,8 @@ command -v ss >/dev/null || need_apt+=(iproute2)
 command -v gpg >/dev/null || need_apt+=(gnupg)
 # promtool (Debian's prometheus package) checks and unit-tests the rendered alert rules
 command -v promtool >/dev/null || need_apt+=(prometheus)
+# amtool (Debian's prometheus-alertmanager package) checks the rendered Alertmanager config
+command -v amtool >/dev/null || need_apt+=(prometheus-alertmanager)
 python3 -c 'import ensurepip' 2>/dev/null || need_apt+=(python3-venv)
 if ((${#need_apt[@]})); then
     echo "==> apt-get install ${need_apt[*]}"
@@ -22,6 +24,9 @@ fi
 if [[ " ${need_apt[*]} " == *" prometheus "* && -d /run/systemd/system ]]; then
     systemctl disable --now prometheus.service prometheus-node-exporter.service \
         >/dev/null 2>&1 || true
+fi
+if [[ " ${need_apt[*]} " == *" prometheus-alertmanager "* && -d /run/systemd/system ]]; then
+    systemctl disable --now prometheus-alertmanager.service >/dev/null 2>&1 || true
 fi
 
 if [[ ! -x .venv/bin/python ]]; then

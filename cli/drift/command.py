@@ -1,4 +1,5 @@
-"""``fleet drift [FLEET] [--host H] [--json]``: the report, as a table or JSON.
+"""``fleet drift [FLEET] [--host H] [--json] [--textfile]``: the report, as a table or JSON
+(``--textfile``: also each monitored host's drift count for Prometheus, :mod:`cli.drift.textfile`).
 
 Exit status: 0 clean, 2 drift, 1 error.
 
@@ -17,6 +18,7 @@ from rich.table import Table
 from cli.console import err, out
 from cli.drift.compare import DRIFT, ERROR, NA, OK, Row, exit_status
 from cli.drift.gather import drift
+from cli.drift.textfile import publish
 from fleet.problems import FleetError
 
 
@@ -52,6 +54,9 @@ def cmd_drift(args: Any) -> int:
             err.print(f"  {problem}", markup=False, soft_wrap=True)
         return 1
     status = exit_status(rows)
+    if getattr(args, "textfile", False):
+        for host, said in publish(args.fleet, rows, args.host).items():
+            err.print(f"{host}: {said}", markup=False, soft_wrap=True)
     if args.json:
         print(to_json(rows))
         return status
@@ -71,4 +76,10 @@ def add_parser(sub: Any, default: str) -> None:
     parser.add_argument("fleet", nargs="?", default=default)
     parser.add_argument("--host", help="check only this host")
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
+    parser.add_argument(
+        "--textfile",
+        action="store_true",
+        help="also write each monitored host's drift count for its node exporter "
+        "(vllm_fleet_drift_findings: the FleetDriftFound alert)",
+    )
     parser.set_defaults(func=cmd_drift)

@@ -6,8 +6,12 @@ does not answer shows as down and the report goes on. ``--watch`` refreshes in p
 the last minute"; ``--json`` prints the same data for scripts; ``--startup`` adds each
 server's starts, cut into phases (:mod:`cli.status.startup`).
 
-Exit status: 0 every server up and no GPU fault, 2 something down or faulty, 1 the fleet
-file could not be read.
+Figures come from the fleet's own Prometheus where its ``monitoring`` section has one (or
+``--prometheus URL``), on top of what the hosts answer; a Prometheus that does not answer is
+said on the screen and the hosts' own figures stay (``--from-hosts``: never ask it).
+
+Exit status: 0 every server and monitoring part up and no GPU fault, 2 something down or
+faulty, 1 the fleet file could not be read.
 
 Example:
     $ fleet status inventory/sandbox.yaml
@@ -29,21 +33,23 @@ from cli.console import err, out
 from cli.status import prometheus
 from cli.status.model import UP, FleetStatus, fleet_status
 from cli.status.probe import HostProbe, probe
-from cli.status.startup import Start, starts
+from cli.status.startup import Start, merge_recorded, starts
 from cli.status.view import screen, startup_table
 from fleet.hostplan import HostPlan
 from fleet.inventory import connection_data
 from fleet.load import load_fleet
+from fleet.monitoring import monitoring_host, prometheus_is_remote_only, prometheus_url
 from fleet.problems import FleetError
 from fleet.render import host_plan
+from fleet.spec import Fleet
 
 
 def targets(
-    path: str, only: str | None = None
+    path: str, only: str | None = None, fleet: Fleet | None = None
 ) -> tuple[dict[str, HostPlan], dict[str, dict], dict[str, str]]:
     """(plans, connection data, errors) of the fleet's hosts; secrets are not read (the
     status needs none: API keys stay on the hosts)."""
-    fleet = load_fleet(path)
+    fleet = fleet if fleet is not None else load_fleet(path)
     plans, data, errors = {}, {}, {}
     for name in fleet.hosts:
         if only and name != only:
@@ -69,23 +75,59 @@ def probe_all(
     return found
 
 
+def prometheus_source(
+    fleet: Fleet, path: str, given: str | None
+) -> tuple[str | None, prometheus.Ask]:
+    """Which Prometheus the figures come from, and how to ask it: ``--prometheus URL`` when
+    given, else the fleet's own (its ``monitoring`` section), asked over ssh on its host when
+    it listens on loopback there; ``(None, …)`` without either.
+
+    Example:
+        >>> from fleet.load import load_text
+        >>> fleet = load_text("version: 1\\nmonitoring: {host: a, prometheus: {port: 18600}}\\n"
+        ...     "hosts: {a: {address: sandbox, vllm: {version: 0.32.0, variant: cpu}}}\\n", "f")
+        >>> prometheus_source(fleet, "f", None)[0]
+        'http://127.0.0.1:18600'
+    """
+    if given:
+        return given, prometheus.query
+    url = prometheus_url(fleet)
+    name = monitoring_host(fleet)
+    if url is None or name is None or fleet.monitoring is None:
+        return None, prometheus.query
+    if prometheus_is_remote_only(fleet):
+        data = connection_data(name, fleet.hosts[name], path)
+        return url, prometheus.over_ssh(data, fleet.monitoring.prometheus.port)
+    return url, prometheus.query
+
+
 def collect(args: Any, history: dict) -> tuple[FleetStatus, dict[str, list[Start]]]:
-    """One full reading of the fleet (and the starts, with ``--startup``)."""
-    plans, data, errors = targets(args.fleet, args.host)
+    """One full reading of the fleet (and the starts, with ``--startup``): from the hosts, with
+    the fleet's Prometheus (or ``--prometheus``) answering what it knows; a Prometheus that
+    does not answer is said, and the figures stay the hosts' own."""
+    fleet = load_fleet(args.fleet)
+    plans, data, errors = targets(args.fleet, args.host, fleet)
     found = probe_all(plans, data, errors, startup=args.startup)
     status = fleet_status(plans, found, history)
-    if args.prometheus:
+    if not getattr(args, "from_hosts", False):
         try:
-            prometheus.merge(status, args.prometheus)
-        except prometheus.PrometheusError as error:
-            status.unreachable["prometheus"] = f"{error} (figures from the hosts)"
+            url, ask = prometheus_source(fleet, args.fleet, args.prometheus)
+        except FleetError as error:
+            url, ask = None, prometheus.query
+            status.unreachable["prometheus"] = "; ".join(p.message for p in error.problems)
+        if url is not None:
+            try:
+                prometheus.merge(status, url, ask)
+            except prometheus.PrometheusError as error:
+                status.unreachable["prometheus"] = f"{error} (figures from the hosts)"
     started: dict[str, list[Start]] = {}
     if args.startup:
         for name, plan in plans.items():
             for server in plan.servers:
                 lines = found[name].sections.get(("journal", server.name))
                 if lines is not None:
-                    started[f"{name}/{server.name}"] = starts(lines)
+                    recorded = found[name].sections.get(("startups", server.name), [])
+                    started[f"{name}/{server.name}"] = merge_recorded(starts(lines), recorded)
     return status, started
 
 
@@ -96,7 +138,7 @@ def exit_status(status: FleetStatus) -> int:
         >>> exit_status(FleetStatus([], [], {}, 0.0))
         0
     """
-    down = any(row.health != UP for row in status.servers)
+    down = any(row.health != UP for row in [*status.servers, *status.monitoring])
     return 2 if down or any(row.problems for row in status.gpus) else 0
 
 
@@ -177,6 +219,12 @@ def add_parser(sub: Any, default: str) -> None:
     parser.add_argument(
         "--prometheus",
         metavar="URL",
-        help="take server figures from this Prometheus (its HTTP API)",
+        help="take figures from this Prometheus (its HTTP API; default: the fleet's own, "
+        "where its monitoring section has one)",
+    )
+    parser.add_argument(
+        "--from-hosts",
+        action="store_true",
+        help="ask only the hosts, never Prometheus",
     )
     parser.set_defaults(func=cmd_status)

@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from cli.bench.servermetrics import Scrape, histogram_quantile, parse_prometheus
-from cli.status.probe import HostProbe
+from cli.status.probe import HostProbe, monitoring_units
 from facts.gpuhealth import parse_health
 from facts.host import UnitStates
 from fleet import health
@@ -87,18 +87,37 @@ class GpuRow:
     problems: list[str] = field(default_factory=list)
     throttle: list[str] = field(default_factory=list)
     clock_events: list[str] = field(default_factory=list)
+    source: str = "host"
     levels: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
+class MonitorRow:
+    """One monitoring part of a host (exporter, GPU feeder, Prometheus, Alertmanager).
+
+    + part: node | gpu-metrics | dcgm | prometheus | alertmanager | vllm-router
+    + health: up | starting | down; state: systemd's words, or Prometheus's scrape error
+    + source: host (its unit's state) or prometheus (its ``up`` series)
+    """
+
+    host: str
+    part: str
+    health: str
+    state: str
+    source: str = "host"
+
+
+@dataclass
 class FleetStatus:
-    """The whole screen: servers, GPUs, hosts that did not answer, when it was taken."""
+    """The whole screen: servers, GPUs, monitoring parts, hosts that did not answer, when it
+    was taken, and the Prometheus the figures came from (None: from the hosts)."""
 
     servers: list[ServerRow]
     gpus: list[GpuRow]
     unreachable: dict[str, str]
     taken_at: float
     prometheus: str | None = None
+    monitoring: list[MonitorRow] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         """Plain data for ``--json``.
@@ -212,6 +231,22 @@ def server_rows(
     return rows
 
 
+def monitor_rows(plan: HostPlan, found: HostProbe) -> list[MonitorRow]:
+    """The rows of one host's monitoring parts, from their units' states."""
+    rows = []
+    for part, unit in monitoring_units(plan):
+        row = MonitorRow(found.host, part, DOWN, f"host unreachable: {found.error}")
+        rows.append(row)
+        if found.error is not None:
+            continue
+        states = UnitStates().process(found.sections.get(("monitoring", part), []))
+        state = states.get(unit, {})
+        active = state.get("ActiveState") or "unknown"
+        row.state = f"{active} ({state['SubState']})" if state.get("SubState") else active
+        row.health = {"active": UP, "activating": STARTING}.get(active, DOWN)
+    return rows
+
+
 def judge_server(row: ServerRow) -> None:
     """Set ``row.levels`` from its figures (:func:`fleet.health.level`)."""
     levels = {"health": {UP: health.OK, STARTING: health.WARN}.get(row.health, health.BAD)}
@@ -290,6 +325,7 @@ def fleet_status(
     """
     servers: list[ServerRow] = []
     gpus: list[GpuRow] = []
+    monitors: list[MonitorRow] = []
     unreachable = {}
     taken = 0.0
     for name, plan in plans.items():
@@ -299,6 +335,7 @@ def fleet_status(
             unreachable[name] = found.error
         servers += server_rows(plan, found, history)
         gpus += gpu_rows(found)
+        monitors += monitor_rows(plan, found)
     busy = {row.host for row in servers if row.running}
     judge_gpus(gpus, busy)
-    return FleetStatus(servers, gpus, unreachable, taken)
+    return FleetStatus(servers, gpus, unreachable, taken, monitoring=monitors)

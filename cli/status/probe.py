@@ -25,6 +25,7 @@ from typing import Any
 from cli import remote
 from facts.gpuhealth import HEALTH_COMMAND
 from fleet.hostplan import HostPlan
+from fleet.paths import startup_record
 
 #: The systemd properties read per server unit.
 UNIT_PROPERTIES = (
@@ -101,10 +102,42 @@ def probe_script(plan: HostPlan, startup: bool = False, gpus: bool = True) -> st
                 f"echo {q(MARKER + 'journal ' + server.name)}",
                 f"journalctl -u {q(server.unit)} -o short-iso-precise --no-pager "
                 f"-n {JOURNAL_LINES} 2>&1 || true",
+                f"echo {q(MARKER + 'startups ' + server.name)}",
+                f"cat {q(startup_record(server.name))} 2>/dev/null || true",
             ]
+    for part, unit in monitoring_units(plan):
+        lines += [
+            f"echo {q(MARKER + 'monitoring ' + part)}",
+            f"systemctl show --no-pager -p {','.join(UNIT_PROPERTIES)} {q(unit)} 2>&1 || true",
+        ]
     if gpus and plan.stack.nvidia is not None:
         lines += [f"echo {q(MARKER + 'health')}", HEALTH_COMMAND]
     return "\n".join(lines) + "\n"
+
+
+def monitoring_units(plan: HostPlan) -> list[tuple[str, str]]:
+    """``(part, unit)`` of the monitoring services the fleet gives this host (none without a
+    ``monitoring`` section): the node exporter, the GPU feeder, Prometheus, Alertmanager.
+
+    Example:
+        >>> from fleet.load import load_text
+        >>> from fleet.render import host_plan
+        >>> fleet = load_text("version: 1\\nmonitoring: {host: a}\\nhosts:\\n  a:\\n    address: "
+        ...     "sandbox\\n    vllm: {version: 0.32.0, variant: cpu}\\n", "f.yaml")
+        >>> monitoring_units(host_plan(fleet, "a", secrets=lambda ref: ""))
+        [('node', 'prometheus-node-exporter.service'), ('prometheus', 'prometheus.service')]
+    """
+    mon = plan.monitoring
+    if mon is None:
+        return []
+    units = [("node", mon.node_exporter.unit)]
+    if mon.gpu_metrics is not None:
+        units.append(("gpu-metrics", mon.gpu_metrics.unit))
+    if mon.prometheus is not None:
+        units.append(("prometheus", mon.prometheus.service.unit))
+        if mon.prometheus.alertmanager is not None:
+            units.append(("alertmanager", mon.prometheus.alertmanager.unit))
+    return units
 
 
 def split_sections(lines: list[str]) -> dict[tuple[str, str], list[str]]:

@@ -124,15 +124,30 @@ def gpus_table(status: FleetStatus) -> Table:
     return table
 
 
+def monitoring_table(status: FleetStatus) -> Table:
+    """One row per monitoring part: exporters, the GPU feeder, Prometheus, Alertmanager."""
+    table = Table("host", "part", "health", "state", "from", title="monitoring",
+                  title_justify="left")  # fmt: skip
+    levels = {"up": OK, "starting": WARN}
+    for row in status.monitoring:
+        level = levels.get(row.health, BAD)
+        table.add_row(row.host, row.part, cell(row.health, level),
+                      cell(row.state, None if level == OK else level), row.source)  # fmt: skip
+    return table
+
+
 def screen(status: FleetStatus) -> Group:
-    """The whole screen: servers, GPUs (where any), hosts that did not answer."""
+    """The whole screen: servers, GPUs (where any), monitoring parts (where the fleet has
+    monitoring), hosts that did not answer, and where the figures came from."""
     parts: list = [servers_table(status)]
     if status.gpus:
         parts.append(gpus_table(status))
+    if status.monitoring:
+        parts.append(monitoring_table(status))
     for host, why in status.unreachable.items():
         parts.append(Text.from_markup(f"[bold red]{host} did not answer:[/] {cell(why)}"))
     if status.prometheus:
-        parts.append(Text(f"server figures from Prometheus at {status.prometheus}", style="dim"))
+        parts.append(Text(f"figures from Prometheus at {status.prometheus}", style="dim"))
     return Group(*parts)
 
 
@@ -142,6 +157,7 @@ def startup_table(found: dict[str, list[Start]], last: int = 5) -> Table:
         "server",
         "started",
         "vLLM",
+        "model install",
         *PHASES,
         "total",
         title="time to ready (s)",
@@ -154,6 +170,7 @@ def startup_table(found: dict[str, list[Start]], last: int = 5) -> Table:
                 name,
                 start.began_at,
                 cell(start.version),
+                cell(_number(start.model_install_s, digits=1)),
                 *[cell(_number(start.phases.get(p), digits=1)) for p in PHASES],
                 cell(total, OK if start.ready else BAD),
             )

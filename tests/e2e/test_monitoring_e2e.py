@@ -21,6 +21,8 @@ from pathlib import Path
 
 import pytest
 
+from cli.status import prometheus
+from fleet.inventory import connection_data
 from fleet.load import load_fleet
 from fleet.monitoring import prometheus_url
 from fleet.paths import PROMETHEUS_CONFIG, PROMETHEUS_DIR, remote_program
@@ -44,6 +46,7 @@ monitoring:
   alertmanager: {{port: {ALERTMANAGER_PORT}}}
   node_exporter_port: {NODE_PORT}
   thresholds: {{kv_cache_usage_percent: 90}}
+  alert_for_s: {{VllmServerDown: 2, ExporterDown: 2}}
 """
 
 
@@ -102,12 +105,41 @@ def eventually(check, timeout: float = 60):
 
 
 @pytest.fixture(scope="module")
-def first(vllm_host, testmodel_server, tmp_path_factory) -> str:
-    """The fleet with ``mon-a`` and monitoring, deployed; Prometheus's URL."""
-    fleet, _ = deployed(tmp_path_factory.mktemp("mon-1"), {"mon-a": PORT_A})
-    url = prometheus_url(load_fleet(fleet))
+def first_fleet(vllm_host, testmodel_server, tmp_path_factory) -> Path:
+    """The fleet file with ``mon-a`` and monitoring, deployed."""
+    fleet, output = deployed(tmp_path_factory.mktemp("mon-1"), {"mon-a": PORT_A})
+    FIRST_OUTPUT.append(output)
+    return fleet
+
+
+#: The first deploy's output.
+FIRST_OUTPUT: list[str] = []
+
+
+@pytest.fixture(scope="module")
+def first(first_fleet) -> str:
+    """Prometheus's URL of the first fleet."""
+    url = prometheus_url(load_fleet(first_fleet))
     assert url == f"http://127.0.0.1:{PROMETHEUS_PORT}"
     return url
+
+
+def status(fleet: Path, *args: str) -> tuple[int, dict]:
+    """``fleet status FLEET --json``: its exit status and report."""
+    result = e2e.fleet_cli(fleet, "status", str(fleet), "--json", *args, timeout=120)
+    assert result.stdout.startswith("{"), e2e.output(result)[-3000:]
+    return result.returncode, json.loads(result.stdout)
+
+
+def parts(report: dict) -> dict[str, tuple[str, str]]:
+    """Monitoring part → (health, source) of the report's rows on the shared host."""
+    return {r["part"]: (r["health"], r["source"]) for r in report["monitoring"]
+            if r["host"] == HOST}  # fmt: skip
+
+
+def alerts(url: str, name: str) -> list[dict]:
+    """The alerts named ``name`` that Prometheus holds now (pending or firing)."""
+    return [a for a in api(url, "alerts")["alerts"] if a["labels"]["alertname"] == name]
 
 
 def test_prometheus_scrapes_the_server_and_the_node_exporter(first):
@@ -188,6 +220,125 @@ def test_the_tsdb_survives_a_restart(first):
     e2e.on_host(f"python3 {remote_program('prometheus_config')} --ready "
                 f"http://127.0.0.1:{PROMETHEUS_PORT}/-/ready")  # fmt: skip
     assert eventually(lambda: samples() >= before and samples()) >= before
+
+
+def test_fleet_status_takes_its_figures_from_the_fleets_prometheus(first_fleet, first):
+    eventually(lambda: targets(first).get(("vllm", "mon-a")) == "up")
+    code, report = status(first_fleet)
+    assert code == 0, report
+    assert report["prometheus"] == first and "prometheus" not in report["unreachable"]
+    [server] = report["servers"]
+    assert (server["server"], server["health"], server["source"]) == ("mon-a", "up", "prometheus")
+    assert server["running"] == 0 and server["kv_cache_pct"] is not None
+    assert parts(report) == {"node": ("up", "prometheus"), "prometheus": ("up", "prometheus"),
+                             "alertmanager": ("up", "host")}  # fmt: skip
+    screen = e2e.fleet_cli(first_fleet, "status", str(first_fleet), timeout=120)
+    print(screen.stdout)  # the screen docs/monitoring.md and the README show
+    assert screen.returncode == 0 and f"figures from Prometheus at {first}" in screen.stdout
+
+
+def test_a_prometheus_on_loopback_of_a_remote_host_is_asked_there_over_ssh(first_fleet, first):
+    """The path a real host's Prometheus on 127.0.0.1 takes (the request program, over ssh),
+    run against the sandbox host's: the same answers as asked directly."""
+    fleet = load_fleet(first_fleet)
+    data = connection_data(HOST, fleet.hosts[HOST], str(first_fleet))
+    ask = prometheus.over_ssh(data, PROMETHEUS_PORT)
+    over_ssh = {(labels["job"], labels["host"]): value
+                for labels, value in ask(first, prometheus.MONITORING_UP)}  # fmt: skip
+    direct = {(labels["job"], labels["host"]): value
+              for labels, value in prometheus.query(first, prometheus.MONITORING_UP)}  # fmt: skip
+    assert over_ssh == direct == {("node", HOST): 1.0, ("prometheus", HOST): 1.0}
+    assert ask(first, 'vllm:num_requests_running{server="mon-a"}')[0][1] == 0
+
+
+def test_the_deploy_prints_and_records_the_start_in_phases(first_fleet):
+    """The deploy's own line for the start it made; ``fleet status --startup`` shows it from
+    the record (and the journal), with every phase the CPU build logs."""
+    assert "mon-a: ready in " in FIRST_OUTPUT[0], FIRST_OUTPUT[0][-3000:]
+    _, report = status(first_fleet, "--startup")
+    last = report["startup"][f"{HOST}/mon-a"][-1]
+    assert last["recorded"] and last["ready"] and last["version"] == "0.32.0"
+    logged = {name: value for name, value in last["phases"].items()
+              if name != "CUDA graph capture"}  # fmt: skip
+    assert all(value is not None and value >= 0 for value in logged.values()), last
+    print(f"mon-a start: {last}")
+
+
+def test_fleet_status_says_when_prometheus_does_not_answer_and_asks_the_hosts(first_fleet, first):
+    assert e2e.on_host("systemctl stop prometheus.service").returncode == 0
+    try:
+        code, report = status(first_fleet)
+    finally:
+        e2e.on_host("systemctl start prometheus.service")
+        e2e.on_host(f"python3 {remote_program('prometheus_config')} --ready {first}/-/ready")
+    assert code == 2  # Prometheus itself is down
+    assert report["unreachable"]["prometheus"].startswith(f"{first}: <urlopen error")
+    assert report["unreachable"]["prometheus"].endswith("(figures from the hosts)")
+    [server] = report["servers"]
+    assert (server["health"], server["source"]) == ("up", "host")
+    assert parts(report)["prometheus"] == ("down", "host")
+    assert parts(report)["node"] == ("up", "host")
+
+
+def test_a_stopped_node_exporter_is_down_and_its_alert_fires(first_fleet, first):
+    assert e2e.on_host("systemctl stop prometheus-node-exporter.service").returncode == 0
+    try:
+        firing = eventually(lambda: [a for a in alerts(first, "ExporterDown")
+                                     if a["state"] == "firing"], timeout=60)  # fmt: skip
+        code, report = status(first_fleet)
+    finally:
+        e2e.on_host("systemctl start prometheus-node-exporter.service")
+    assert firing[0]["labels"]["host"] == HOST and firing[0]["labels"]["job"] == "node"
+    assert code == 2 and parts(report)["node"] == ("down", "prometheus")
+    node = next(r for r in report["monitoring"] if r["part"] == "node")
+    assert node["state"] == "inactive (dead), Prometheus: scrape failed"
+    eventually(lambda: targets(first).get(("node", HOST)) == "up")
+    eventually(lambda: not alerts(first, "ExporterDown"), timeout=30)
+
+
+def test_a_stopped_server_is_down_and_its_alert_fires(first_fleet, first):
+    """The server stays stopped for the drift test below; the next deploy retires it."""
+    assert e2e.on_host("systemctl stop vllm-mon-a.service").returncode == 0
+    firing = eventually(lambda: [a for a in alerts(first, "VllmServerDown")
+                                 if a["state"] == "firing"], timeout=60)  # fmt: skip
+    assert firing[0]["labels"]["server"] == "mon-a" and firing[0]["labels"]["host"] == HOST
+    code, report = status(first_fleet)
+    [server] = report["servers"]
+    assert code == 2 and server["health"] == "down"
+    assert server["state"].startswith("inactive") and "Prometheus: scrape failed" in server["state"]
+
+
+def test_fleet_drift_textfile_fires_fleet_drift_found(first_fleet, first):
+    """The stopped server is drift: ``fleet drift --textfile`` writes the count onto the host,
+    the node exporter exposes it, and FleetDriftFound fires."""
+    result = e2e.fleet_cli(first_fleet, "drift", str(first_fleet), "--json", "--textfile",
+                           timeout=300)  # fmt: skip
+    rows = json.loads(result.stdout)["rows"]
+    found = sum(1 for row in rows if row["host"] == HOST and row["status"] == "drift")
+    assert found >= 1 and "vllm-mon-a.service" in json.dumps(rows), rows
+    assert f"{HOST}: /var/lib/prometheus/node-exporter/vllm_fleet_drift.prom: " \
+           f"vllm_fleet_drift_findings {found}" in result.stderr  # fmt: skip
+    query = f'vllm_fleet_drift_findings{{host="{HOST}"}}'
+    series = eventually(lambda: api(first, "query", query=query)["result"])
+    assert float(series[0]["value"][1]) == found
+    firing = eventually(lambda: [a for a in alerts(first, "FleetDriftFound")
+                                 if a["state"] == "firing"], timeout=30)  # fmt: skip
+    assert firing[0]["labels"]["host"] == HOST
+
+
+def test_amtool_refuses_a_broken_alertmanager_configuration(first):
+    live = "/etc/prometheus/vllm-fleet/alertmanager.yml"
+    before = e2e.on_host(f"sha256sum {live}").stdout
+    refused = e2e.on_host(
+        "rm -rf /tmp/broken-am && mkdir /tmp/broken-am && "
+        "printf 'route: {receiver: nobody}\\nreceivers: [{name: fleet}]\\n' "
+        "> /tmp/broken-am/alertmanager.yml && "
+        f"python3 {remote_program('prometheus_config')} --staged /tmp/broken-am "
+        "--live /etc/prometheus/vllm-fleet --amtool /usr/bin/amtool --files alertmanager.yml"
+    )
+    assert refused.returncode == 1, refused.stdout + refused.stderr
+    assert "amtool refused the new configuration" in refused.stderr
+    assert e2e.on_host(f"sha256sum {live}").stdout == before
 
 
 @pytest.fixture(scope="module")

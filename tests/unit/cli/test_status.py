@@ -14,6 +14,7 @@ import pytest
 from rich.console import Console
 
 from cli import main as cli
+from cli.bench.tunnel import free_port
 from cli.status.command import exit_status
 from cli.status.model import DOWN, STARTING, UP, fleet_status
 from cli.status.probe import HostProbe, probe_script, split_sections
@@ -106,6 +107,7 @@ def test_probe_script_asks_each_server_and_the_gpus(plans) -> None:
         "echo '@@ http-health chat'",
         "echo '@@ metrics chat'",
         "echo '@@ journal chat'",
+        "echo '@@ startups chat'",
         "echo '@@ health'",
     ]
     assert "nvidia-smi --query-gpu=" in script and "VLLM_API_KEY" not in script
@@ -278,3 +280,56 @@ def test_cli_watch_json_prints_one_document_per_reading(unreachable: Path, capsy
     readings = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert code == 2 and len(readings) == 2
     assert all(r["servers"][0]["health"] == "down" for r in readings)
+
+
+def test_monitoring_units_are_probed_and_judged(tmp_path: Path) -> None:
+    text = UNREACHABLE.replace("port: 18000}", "port: 18000, host: 0.0.0.0}")
+    fleet = load_text(text + "monitoring: {host: gone-1, alertmanager: {port: 18609}}\n",
+                      "fleet.yaml")  # fmt: skip
+    plan = host_plan(fleet, "gone-1", secrets=lambda ref: "")
+    markers = [line for line in probe_script(plan).splitlines() if "@@ monitoring" in line]
+    assert markers == ["echo '@@ monitoring node'", "echo '@@ monitoring prometheus'",
+                       "echo '@@ monitoring alertmanager'"]  # fmt: skip
+    found = HostProbe("gone-1", {
+        ("monitoring", "node"): unit("prometheus-node-exporter.service", "failed", "failed"),
+        ("monitoring", "prometheus"): unit("prometheus.service"),
+        ("monitoring", "alertmanager"): unit("prometheus-alertmanager.service", "activating",
+                                             "auto-restart"),
+    }, None, 1000.0)  # fmt: skip
+    status = fleet_status({"gone-1": plan}, {"gone-1": found})
+    assert [(r.part, r.health, r.state) for r in status.monitoring] == [
+        ("node", DOWN, "failed (failed)"),
+        ("prometheus", UP, "active (running)"),
+        ("alertmanager", STARTING, "activating (auto-restart)"),
+    ]
+    assert exit_status(status) == 2
+    console = Console(record=True, width=160, file=io.StringIO())
+    console.print(screen(status))
+    shown = console.export_text()
+    assert "monitoring" in shown and "failed (failed)" in shown
+
+
+@pytest.mark.parametrize(
+    ("monitoring", "said"),
+    [
+        # a sandbox Prometheus: asked on loopback here, and it does not answer
+        ("{host: gone-1, prometheus: {port: PORT}}", "http://127.0.0.1:PORT: <urlopen error"),
+        # Prometheus on loopback of a real host: asked there over ssh, which does not answer
+        ("{host: down-1, prometheus: {port: PORT}}", "http://127.0.0.1:PORT (over ssh): "),
+    ],
+)
+def test_cli_uses_the_fleets_prometheus_and_says_when_it_does_not_answer(
+    unreachable: Path, capsys, monitoring: str, said: str
+) -> None:
+    port = str(free_port())
+    text = unreachable.read_text() + f"monitoring: {monitoring.replace('PORT', port)}\n"
+    unreachable.write_text(text.replace("port: 18000}", "port: 18000, host: 0.0.0.0}"))
+    assert cli.main(["status", str(unreachable), "--json"]) == 2
+    report = json.loads(capsys.readouterr().out)
+    why = report["unreachable"]["prometheus"]
+    assert why.startswith(said.replace("PORT", port)) and why.endswith("(figures from the hosts)")
+    assert report["prometheus"] is None
+    assert {(r["host"], r["part"], r["health"]) for r in report["monitoring"]} >= {
+        ("down-1", "node", "down"), ("gone-1", "node", "down")}  # fmt: skip
+    assert cli.main(["status", str(unreachable), "--json", "--from-hosts"]) == 2
+    assert "prometheus" not in json.loads(capsys.readouterr().out)["unreachable"]

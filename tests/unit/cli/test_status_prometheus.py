@@ -3,7 +3,10 @@ the real vLLM CPU 0.32 ``/metrics`` page with the fleet's labels, queried throug
 
 The page is served by a loopback HTTP server that adds two fast requests to the TTFT histogram
 at every scrape, so ``rate(…[1m])`` has something to measure; a second target points at a
-closed port (its ``up`` is 0: that server shows as down).
+closed port (its ``up`` is 0: that server shows as down). The same server answers
+``/gpu`` with the GPU textfile that ``hostside/gpu_metrics.py`` writes for the captured H200
+row (scraped as the node job of ``cpu-1``, as the node exporter would); a node target of
+``cpu-2`` on a closed port is an exporter Prometheus cannot reach.
 """
 
 from __future__ import annotations
@@ -19,8 +22,10 @@ import pytest
 
 from cli.bench.tunnel import free_port
 from cli.status import prometheus
-from cli.status.model import DOWN, UP, FleetStatus, ServerRow, judge_server
+from cli.status.model import DOWN, UP, FleetStatus, GpuRow, MonitorRow, ServerRow, judge_server
+from hostside import gpu_metrics
 from tests.unit.cli.test_status import METRICS
+from tests.unit.hostside.test_monitoring_programs import H200_ROW
 
 pytestmark = pytest.mark.skipif(
     shutil.which("prometheus") is None, reason="Debian's prometheus package is not installed"
@@ -51,8 +56,11 @@ def prom(tmp_path_factory) -> str:
 
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:
-            body = page(served["n"]).encode()
-            served["n"] += 1
+            if self.path == "/gpu":
+                body = gpu_metrics.exposition(gpu_metrics.parse(H200_ROW)).encode()
+            else:
+                body = page(served["n"]).encode()
+                served["n"] += 1
             self.send_response(200)
             self.send_header("Content-Type", "text/plain; version=0.0.4")
             self.end_headers()
@@ -74,6 +82,13 @@ scrape_configs:
         labels: {{host: cpu-1, server: tiny, model: tiny}}
       - targets: ["127.0.0.1:{closed}"]
         labels: {{host: cpu-1, server: other, model: other}}
+  - job_name: node
+    metrics_path: /gpu
+    static_configs:
+      - targets: ["127.0.0.1:{metrics.server_address[1]}"]
+        labels: {{host: cpu-1}}
+      - targets: ["127.0.0.1:{closed}"]
+        labels: {{host: cpu-2}}
 """)
     port = free_port()
     process = subprocess.Popen(
@@ -90,6 +105,8 @@ scrape_configs:
                 if (
                     any(value == value for _, value in ready)
                     and len(prometheus.query(url, prometheus.QUERIES["up"])) == 2
+                    and len(prometheus.query(url, prometheus.MONITORING_UP)) == 2
+                    and prometheus.query(url, prometheus.GPU_QUERIES["power_limit_w"])
                 ):
                     break
             except prometheus.PrometheusError:
@@ -105,12 +122,15 @@ scrape_configs:
 
 
 def rows() -> FleetStatus:
-    """What the hosts said: both servers up, no figures yet."""
+    """What the hosts said: both servers and both node exporters' units up, no figures yet,
+    and a GPU row with only its PCIe link (what nvidia-smi told the probe)."""
     servers = [ServerRow("cpu-1", name, name, port, UP, "active (running)")
                for name, port in (("tiny", 18000), ("other", 18001))]  # fmt: skip
     for row in servers:
         judge_server(row)
-    return FleetStatus(servers, [], {}, time.time())
+    gpus = [GpuRow("cpu-1", 0, pcie_text="Gen5 x16")]
+    monitors = [MonitorRow(host, "node", UP, "active (running)") for host in ("cpu-1", "cpu-2")]
+    return FleetStatus(servers, gpus, {}, time.time(), monitoring=monitors)
 
 
 def test_server_figures_come_from_prometheus(prom: str) -> None:
@@ -130,3 +150,22 @@ def test_a_target_prometheus_cannot_scrape_is_down(prom: str) -> None:
 def test_unreachable_prometheus_is_an_error_not_a_crash() -> None:
     with pytest.raises(prometheus.PrometheusError, match=r"127\.0\.0\.1"):
         prometheus.merge(rows(), f"http://127.0.0.1:{free_port()}")
+
+
+def test_gpu_figures_come_from_prometheus(prom: str) -> None:
+    """The H200 row's 1551 of 143771 MiB, 87 %, 41 °C, 118.52 of 700 W, as the probe's GPU row
+    (its PCIe link stays the host's)."""
+    gpus = prometheus.merge(rows(), prom).gpus
+    assert len(gpus) == 1
+    gpu = gpus[0]
+    assert (gpu.source, gpu.memory_used_mib, gpu.memory_total_mib) == ("prometheus", 1551, 143771)
+    assert (gpu.utilization_pct, gpu.temperature_c, gpu.power_w) == (87, 41, 118.5)
+    assert (gpu.power_limit_w, gpu.power_pct, gpu.memory_pct) == (700, 16.9, 1.1)
+    assert gpu.pcie_text == "Gen5 x16" and gpu.levels["memory_pct"] == "ok"
+
+
+def test_an_exporter_prometheus_cannot_scrape_is_down(prom: str) -> None:
+    found = {row.host: row for row in prometheus.merge(rows(), prom).monitoring}
+    assert found["cpu-1"].health == UP and found["cpu-1"].source == "prometheus"
+    assert found["cpu-2"].health == DOWN
+    assert found["cpu-2"].state == "active (running), Prometheus: scrape failed"

@@ -261,3 +261,16 @@ def test_rules_name_vllm_032_metrics():
     for name in ("vllm:num_requests_running", "vllm:num_requests_waiting",
                  "vllm:kv_cache_usage_perc", "vllm:num_preemptions", "vllm:request_success"):
         assert f'"{name}"' in source, name  # fmt: skip
+
+
+def test_alert_for_s_from_the_fleet_file_changes_when_an_alert_fires(promtool, tmp_path):
+    """``alert_for_s: {VllmServerDown: 0}``: the server down at 1 min already fires (the test
+    file expects it quiet then, after the default 1 min it fires)."""
+    fleet = fleet_of({"host": "mon", "alert_for_s": {"VllmServerDown": 0, "ExporterDown": 5}},
+                     {"mon": {"address": "10.0.0.10", "vllm": CPU}})  # fmt: skip
+    rules = {rule["alert"]: rule for rule in alert_rules(thresholds(fleet), {"ExporterDown": 5})}
+    assert rules["ExporterDown"]["for"] == "5s" and rules["VllmServerDown"]["for"] == "1m"
+    result = promtool_test(promtool, tmp_path, fleet, "rules-test.yml")
+    assert result.returncode != 0
+    assert "VllmServerDown" in result.stdout + result.stderr
+    assert "VllmKvCacheHigh" not in result.stdout + result.stderr

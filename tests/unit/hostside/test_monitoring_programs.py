@@ -1,6 +1,7 @@
 """The host-side monitoring programs, run here by their files as on a host: the GPU textfile
 feeder (on a stand-in nvidia-smi that prints the captured H200 figures — a stand-in, named as
-such) and the promtool-checked configuration installer (with Debian's real promtool).
+such) and the promtool- (amtool-) checked configuration installer (with Debian's real promtool and
+amtool).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from fleet.monitoring import alertmanager_config
 from hostside import gpu_metrics, local_path
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -125,3 +127,32 @@ def test_broken_rules_are_refused_too(promtool, tmp_path):
     )
     assert install(promtool, staged, live).returncode == 1
     assert (live / "fleet-rules.yml").read_text() == "groups: []\n"
+
+
+@pytest.fixture(scope="module")
+def amtool() -> str:
+    found = shutil.which("amtool")
+    if found is None:
+        if os.environ.get("CI"):
+            pytest.fail("amtool is missing: scripts/install.sh installs prometheus-alertmanager")
+        pytest.skip("amtool is missing (apt-get install prometheus-alertmanager)")
+    return found
+
+
+@pytest.mark.parametrize(("text", "passes"), [
+    (alertmanager_config(), True),                                  # the rendered one
+    ("route: {receiver: nobody}\nreceivers: [{name: fleet}]\n", False),  # unknown receiver
+    ("route: {receiver: fleet, group_wait: soon}\nreceivers: [{name: fleet}]\n", False),
+])  # fmt: skip
+def test_alertmanager_config_is_installed_only_once_amtool_passes(amtool, tmp_path, text, passes):
+    staged, live = tmp_path / "staged", tmp_path / "live"
+    staged.mkdir()
+    live.mkdir()
+    (staged / "alertmanager.yml").write_text(text)
+    (live / "alertmanager.yml").write_text("working\n")
+    result = run("prometheus_config", "--staged", str(staged), "--live", str(live),
+                 "--amtool", amtool, "--files", "alertmanager.yml")  # fmt: skip
+    assert result.returncode == (0 if passes else 1), result.stdout + result.stderr
+    assert (live / "alertmanager.yml").read_text() == (text if passes else "working\n")
+    if not passes:
+        assert "amtool refused the new configuration" in result.stderr
