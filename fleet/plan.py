@@ -272,6 +272,36 @@ def batch_defaults(
     return 2048, 256
 
 
+def release_batch_defaults(
+    defaults: ReleaseDefaults | None, memory_gib: float | None, gpu_model: str | None,
+    variant: Variant, cuda_total_gib: float | None = None,
+) -> tuple[int, int, str]:
+    """The API server's default (max-num-batched-tokens, max-num-seqs) of the host's release on
+    its GPU, and where they come from: the release's own batch classes
+    (``ReleaseDefaults.batch_for``, read from its ``get_batch_defaults``) where they were read,
+    else 0.32's (:func:`batch_defaults`).
+
+    Example (a B200: 0.24 has no class above 70 GiB, 0.28 added one from 160 GiB):
+        >>> from fleet.vllm_defaults import release_defaults
+        >>> release_batch_defaults(release_defaults("0.24.0"), 180, "B200", Variant.cu129)[:2]
+        (8192, 1024)
+        >>> release_batch_defaults(release_defaults("0.28.0"), 180, "B200", Variant.cu129)[:2]
+        (16384, 1024)
+    """
+    if variant is Variant.cpu:
+        tokens, seqs = batch_defaults(memory_gib, gpu_model, variant)
+        return tokens, seqs, "vLLM's default max-num-batched-tokens on the cpu build"
+    total = cuda_total_gib
+    if total is None:
+        total = (memory_gib or 0) - DRIVER_RESERVED_GIB
+    found = defaults.batch_for(total, f"NVIDIA {gpu_model or ''}") if defaults else None
+    if found is not None:
+        return found[0], found[1], (f"vLLM {defaults.release}'s default max-num-batched-tokens "
+                                    "for this GPU (its get_batch_defaults)")
+    tokens, seqs = batch_defaults(memory_gib, gpu_model, variant)
+    return tokens, seqs, "vLLM's default max-num-batched-tokens for this GPU (0.32's classes)"
+
+
 def chunked_prefill(server: Server) -> bool:
     """Whether chunked prefill is on: vLLM's V1 default, unless turned off.
 
@@ -359,12 +389,13 @@ def _stage_layers(config: ModelConfig, pp: int) -> list[tuple[int, bool]]:
 
 
 def _batch(plan: ServerPlan, host: Host, server: Server, fam: str,
-           defaults: ReleaseDefaults, memory_gib: float | None) -> memory.Batch:
+           defaults: ReleaseDefaults, memory_gib: float | None,
+           cuda_total_gib: float | None = None) -> memory.Batch:
     """The profiling pass's tokens and sampler rows for the server's release family."""
     if fam.startswith("V0"):
         return memory.v0_batch(server, plan.max_model_len, host.vllm.version, defaults.max_num_seqs)
-    tokens, seqs = batch_defaults(memory_gib, host.gpus.model, host.vllm.variant)
-    source = "vLLM's default max-num-batched-tokens for this GPU"
+    tokens, seqs, source = release_batch_defaults(defaults, memory_gib, host.gpus.model,
+                                                  host.vllm.variant, cuda_total_gib)
     given = server.int_arg("max-num-batched-tokens")
     if given is not None:
         tokens, source = given, "max-num-batched-tokens"
@@ -475,7 +506,10 @@ def _plan_gpu_server(
     plan.memory_family = fam
     plan.release_model = f"vLLM {defaults.release} defaults, {engine} engine ({fam} accounting)"
     _warnings(plan, server, config, fam)
-    batch = _batch(plan, host, server, fam, defaults, memory_gib)
+    cuda_total_gib = None
+    if plan.budget_bytes is not None and plan.utilization:
+        cuda_total_gib = plan.budget_bytes / plan.utilization / GiB
+    batch = _batch(plan, host, server, fam, defaults, memory_gib, cuda_total_gib)
     stages = _stage_layers(config, plan.pp) if config else [(0, True)]
     best: tuple[float, list[memory.Term], int, int | None, int] | None = None
     for layers, last in stages:

@@ -165,3 +165,20 @@ def test_h200_cuda_total_is_what_torch_reported_on_the_captured_h200():
     for total in (memory.cuda_total_bytes(total_mib / 1024, reserved_mib=reserved_mib)[0],
                   memory.cuda_total_bytes(total_mib / 1024, "H200")[0]):
         assert abs(total - torch_total) <= 2**20
+
+
+def test_batch_defaults_follow_the_pinned_release():
+    """The profiling batch is the pinned release's own default: a B200 batches 8192 tokens on
+    0.24 (no class above 70 GiB yet) and 16384 on 0.28 (its ≥ 160 GiB class), so 0.28's
+    activation term is twice 0.24's and its KV cache smaller; an A100 stays at 2048 on both."""
+    old = plan(24.24, LLAMA2_13B, "B200", {}, version="0.24.0")
+    new = plan(24.24, LLAMA2_13B, "B200", {}, version="0.28.0")
+    before, after = ({t["name"]: t for t in p.overhead_terms}["activation"] for p in (old, new))
+    assert "8,192 tokens" in before["source"]
+    assert "vLLM 0.24.0's default" in before["source"]
+    assert "16,384 tokens" in after["source"]
+    assert after["bytes"] == 2 * before["bytes"]
+    assert new.kv_budget_bytes < old.kv_budget_bytes
+    for version in ("0.24.0", "0.28.0"):
+        a100 = plan(24.24, LLAMA2_13B, "A100 80GB", {}, version=version)
+        assert "2,048 tokens" in {t["name"]: t for t in a100.overhead_terms}["activation"]["source"]
