@@ -405,14 +405,46 @@ def _batch(plan: ServerPlan, host: Host, server: Server, fam: str,
     return memory.Batch(tokens, server.int_arg("max-num-seqs") or seqs, source)
 
 
+#: Model types and architecture words of hybrid models (attention with Mamba, linear attention or
+#: short convolutions), whose state vLLM's KV cache manager sizes apart from attention.
+HYBRID_WORDS = ("mamba", "jamba", "bamba", "zamba", "nemotron_h", "nemotronh", "qwen3_next",
+                "qwen3next", "qwen3_5", "falcon_h1", "falconh1", "granitemoehybrid", "plamo2",
+                "lfm2", "minimax", "kimi_linear", "kimilinear")
+
+
+def hybrid(config: ModelConfig) -> bool:
+    """Whether a model mixes attention with state-space / linear-attention layers: a layer type
+    other than full or sliding attention, or a hybrid family's model type or class.
+
+    Example:
+        >>> hybrid(ModelConfig(num_hidden_layers=2, num_attention_heads=1,
+        ...     layer_types=["linear_attention", "full_attention"]))
+        True
+        >>> hybrid(ModelConfig(num_hidden_layers=2, num_attention_heads=1, model_type="llama"))
+        False
+    """
+    kinds = set(config.layer_types or ()) - {"full_attention", "sliding_attention"}
+    names = " ".join((config.architectures or []) + [config.model_type or ""]).lower()
+    return bool(kinds) or any(word in names for word in HYBRID_WORDS)
+
+
 def _warnings(plan: ServerPlan, server: Server, config: ModelConfig | None, fam: str) -> None:
     """Say what the memory model does not cover for this server."""
     arch = " ".join((config.architectures or []) + [config.model_type or ""]) if config else ""
     if any(word in arch for word in ("ConditionalGeneration", "Vision", "VL", "mllama", "llava")):
         plan.warnings.append(
             "multimodal encoder profiling not modelled: vLLM also profiles the vision encoder "
-            "with its largest inputs, which can take GiBs more (vllm#12126: 36.63 GiB for "
-            "Llama-3.2-11B-Vision at 65,536 tokens); the KV cache may be smaller than planned"
+            "with its largest inputs, and its profiling peak differs from a text model's by "
+            "GiBs either way (vllm#12126: 36.63 GiB for Llama-3.2-11B-Vision at 65,536 tokens; "
+            "llm-d-benchmark's Mistral-Small-3.2-24B on an H100: 2.12 GiB where a text model of "
+            "its vocabulary peaks at 4.7); the KV cache may differ from the plan by GiBs"
+        )
+    if config is not None and hybrid(config):
+        plan.warnings.append(
+            "hybrid model not modelled: its Mamba / linear-attention layers keep a fixed-size "
+            "state per sequence, and vLLM pads the attention blocks to that state's page size "
+            "(vllm#40691: for such models the logged KV tokens are not concurrency × length); "
+            "the KV cache planned here counts every layer as attention"
         )
     if fam.startswith("V0") and server.tp > 1:
         plan.warnings.append(
