@@ -454,7 +454,8 @@ def _warnings(plan: ServerPlan, server: Server, config: ModelConfig | None, fam:
         )
 
 
-def _plan_server(fleet: Fleet, host_name: str, host: Host, name: str, server: Server) -> ServerPlan:
+def _plan_server(fleet: Fleet, host_name: str, host: Host, name: str, server: Server,
+                 measured_source: str | None = None) -> ServerPlan:
     """Compute one server's plan."""
     plan = ServerPlan(
         host=host_name, server=name, model=server.model, gpus=list(server.gpus),
@@ -495,12 +496,13 @@ def _plan_server(fleet: Fleet, host_name: str, host: Host, name: str, server: Se
         _kv_tokens(plan, server, block)
         _verdict(plan)
         return plan
-    return _plan_gpu_server(plan, host, server, model, config, dtype_bytes, block)
+    return _plan_gpu_server(plan, host, server, model, config, dtype_bytes, block,
+                            measured_source)
 
 
 def _plan_gpu_server(
     plan: ServerPlan, host: Host, server: Server, model: Any, config: ModelConfig | None,
-    dtype_bytes: int, block: int,
+    dtype_bytes: int, block: int, measured_source: str | None = None,
 ) -> ServerPlan:
     """The GPU part of a server's plan: budget, weights, profiling peak per stage, KV cache."""
     missing = plan.cannot_check
@@ -513,6 +515,8 @@ def _plan_gpu_server(
         entry = host.gpus.table_model
         named = entry.name if entry and host.gpus.memory_gib is None else None
         total, plan.cuda_total_source = memory.cuda_total_bytes(memory_gib, named)
+        if measured_source:
+            plan.cuda_total_source = measured_source
         plan.budget_bytes = int(plan.utilization * total)
     weights = model.weights_bytes if model else None
     if weights is None:
@@ -733,10 +737,14 @@ def _plan_gpus(fleet: Fleet) -> list[GpuPlan]:
     return plans
 
 
-def plan_fleet(fleet: Fleet) -> FleetPlan:
-    """The plan of every server and every used GPU of a validated fleet."""
+def plan_fleet(fleet: Fleet, measured: dict[str, str] | None = None) -> FleetPlan:
+    """The plan of every server and every used GPU of a validated fleet.
+
+    ``measured``: for hosts whose GPUs were read from the host (``fleet plan --from-host``,
+    :func:`fleet.placement.measured`), where their CUDA total comes from, said in each plan.
+    """
     servers = [
-        _plan_server(fleet, host_name, host, name, server)
+        _plan_server(fleet, host_name, host, name, server, (measured or {}).get(host_name))
         for host_name, host in fleet.hosts.items()
         for name, server in host.servers.items()
     ]
