@@ -9,6 +9,12 @@ completion. pyinfra runs each operation on every host before the next, which giv
 across hosts. Before anything runs, a group whose member host is not part of this deploy
 (unreachable, or left out by ``--limit``) is refused: the running group is left as it is.
 
+A group that does not come up with its new configuration is put back as a single server is
+(restart-or-restore): every member kept its previous unit and environment before the new ones
+were written; the waits do not stop the deploy on the failing host, they are gathered per group
+(:data:`WAITS`), and when one of them failed, every member gets its previous files back and is
+restarted, workers first, then the head, and the deploy fails on every member, saying so.
+
 Example:
     from deploys.multinode import groups_reachable, group_members
     groups_reachable()                       # before any operation
@@ -17,6 +23,7 @@ Example:
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from io import StringIO
 
 from pyinfra import host
@@ -27,11 +34,39 @@ from pyinfra.operations.util import any_changed
 
 from deploys.plan import current_plan
 from fleet.hostplan import ServerUnit
-from operations.multinode import member_restarted, member_up
-from operations.services import server_answers, server_args_valid
+from fleet.paths import previous_paths
+from operations.multinode import (
+    group_refused,
+    member_restarted,
+    member_restored,
+    member_up,
+    previous_forgotten,
+)
+from operations.services import previous_saved, server_answers, server_args_valid
 
 #: Seconds the head may take, once every member has joined, to load and answer.
 HEAD_EXTRA = 300
+
+#: Every member's readiness operations (the waits, the head's completion), by group (head host,
+#: server name), gathered as each host's deploy is prepared: pyinfra runs each operation on
+#: every host before the next, so when the restore runs, every member's waits are over.
+WAITS: dict[tuple[str, str], list[OperationMeta]] = {}
+
+
+def group_failed(key: tuple[str, str]) -> Callable[[], bool]:
+    """Whether one of the group's readiness operations failed, on any member (at execution).
+
+    Example:
+        >>> group_failed(("box", "big"))()
+        False
+    """
+    return lambda: any(meta.is_complete() and meta.did_error() for meta in WAITS.get(key, []))
+
+
+def group_served(key: tuple[str, str]) -> Callable[[], bool]:
+    """The opposite of :func:`group_failed`."""
+    failed = group_failed(key)
+    return lambda: not failed()
 
 
 def groups_reachable() -> None:
@@ -90,6 +125,11 @@ def group_members(
             unit=entry.unit, unit_path=entry.unit_path, unit_text=entry.unit_text,
             python=python, script=validator,
         )
+        saved_unit, saved_env = previous_paths(entry.name)
+        previous_saved(name=f"Keep the current environment of {entry.unit}",
+                       path=entry.env_path, text=entry.env_text or "", backup=saved_env)
+        previous_saved(name=f"Keep the current {entry.unit}", path=entry.unit_path,
+                       text=entry.unit_text, backup=saved_unit)
         env_op = files.put(
             name=f"Write the environment of {entry.unit}",
             src=StringIO(entry.env_text or ""), dest=entry.env_path,
@@ -113,27 +153,77 @@ def group_members(
                 name=f"Restart {entry.unit} ({_member(entry)}) without waiting",
                 unit=entry.unit, _if=any_changed(*changes[entry.name]))
     for entry in entries:
+        group = entry.group
+        assert group is not None
+        # `systemctl start` waits for the member's start (a worker's join): a failure there is
+        # the group's, restored below, not the end of this host's deploy
         started[entry.name] = systemd.service(
             name=f"Enable and start {entry.unit}", service=entry.unit, running=True,
-            enabled=True,
+            enabled=True, _ignore_errors=True,
         )
+        WAITS.setdefault((group.head, group.server), []).append(started[entry.name])
     for entry in entries:
         group = entry.group
         assert group is not None
         if entry.role == "worker":
-            member_up(name=f"Wait until {_member(entry)} has joined", unit=entry.unit,
-                      member=_member(entry), group=group.server, timeout=group.join_timeout,
-                      script=waiter, _if=any_changed(restart[entry.name], started[entry.name]))
+            WAITS.setdefault((group.head, group.server), []).append(member_up(
+                name=f"Wait until {_member(entry)} has joined", unit=entry.unit,
+                member=_member(entry), group=group.server, timeout=group.join_timeout,
+                script=waiter, _if=any_changed(restart[entry.name], started[entry.name]),
+                _ignore_errors=True))
     for entry in entries:
         group = entry.group
         assert group is not None
         if entry.role == "head":
-            head_changed = any_changed(restart[entry.name], started[entry.name])
-            member_up(name=f"Wait until the head of {group.server} serves, every member joined",
-                      unit=entry.unit, member=_member(entry), group=group.server,
-                      timeout=group.join_timeout + HEAD_EXTRA, script=waiter, _if=head_changed)
-            server_answers(
+            key = (group.head, group.server)
+            # a worker that did not join fails the group: the head is not waited for then
+            head_changed = [any_changed(restart[entry.name], started[entry.name]),
+                            group_served(key)]
+            waits = WAITS.setdefault(key, [])
+            waits.append(member_up(
+                name=f"Wait until the head of {group.server} serves, every member joined",
+                unit=entry.unit, member=_member(entry), group=group.server,
+                timeout=group.join_timeout + HEAD_EXTRA, script=waiter, _if=head_changed,
+                _ignore_errors=True))
+            waits.append(server_answers(
                 name=f"Check that {group.server} answers a completion (the whole group)",
                 port=entry.port, served_name=entry.served_name, env_file=entry.env_path,
-                script=checker, python=python, _if=head_changed,
-            )
+                script=checker, python=python, _if=head_changed, _ignore_errors=True))
+    _restore_or_forget(entries, restart, started)
+
+
+def _restore_or_forget(
+    entries: list[ServerUnit],
+    restart: dict[str, OperationMeta],
+    started: dict[str, OperationMeta],
+) -> None:
+    """Put the previous configuration back on every member of a group that failed (workers,
+    then the head) and fail the deploy there; or, once it serves, forget the saved copies."""
+    # two call sites, not one loop: pyinfra orders operations by where they are called, so
+    # the workers' restore runs on every host before the head's
+    for entry in entries:
+        if entry.role == "worker":
+            _restored(entry)
+    for entry in entries:
+        if entry.role == "head":
+            _restored(entry)
+    for entry in entries:
+        group = entry.group
+        assert group is not None
+        key = (group.head, group.server)
+        group_refused(name=f"Fail the deploy of group {group.server} ({_member(entry)})",
+                      group=group.server, member=_member(entry), _if=group_failed(key))
+        previous_forgotten(
+            name=f"Forget the previous configuration of {entry.unit} (the group serves)",
+            saved=list(previous_paths(entry.name)),
+            _if=[any_changed(restart[entry.name], started[entry.name]), group_served(key)])
+
+
+def _restored(entry: ServerUnit) -> None:
+    group = entry.group
+    assert group is not None
+    saved_unit, saved_env = previous_paths(entry.name)
+    member_restored(
+        name=f"Put the previous {entry.unit} back ({_member(entry)}): the group did not come up",
+        unit=entry.unit, restore={entry.unit_path: saved_unit, entry.env_path: saved_env},
+        _if=group_failed((group.head, group.server)))

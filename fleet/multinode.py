@@ -127,20 +127,33 @@ def member_flags(fleet: Fleet, head: str, name: str, rank: int) -> list[str]:
     return [*flags, "--headless"] if rank else flags
 
 
-def member_env(server: Server) -> dict[str, str]:
+def member_env(server: Server, cpu: bool = False) -> dict[str, str]:
     """Environment every member needs: the interface torch.distributed (gloo), NCCL and Ray's
-    node IP resolve from.
+    node IP resolve from; on the CPU build with ``enforce-eager``, no torch.compile at all.
+
+    vLLM 0.32 compiles one tensor-parallel helper (``get_masked_input_and_mask`` of
+    ``vocab_parallel_embedding.py``) with torch.compile whatever ``enforce-eager`` says; on the
+    CPU build that is inductor's C++ backend, and on a host without ``g++`` the group's first
+    completion fails (``InvalidCxxCompiler: No working C++ compiler found in
+    torch._inductor.config.cpp.cxx: (None, 'g++')``, then ``EngineDeadError``), measured on
+    sandbox hosts. ``TORCH_COMPILE_DISABLE=1`` runs it eagerly, as ``enforce-eager`` asks.
 
     Example:
         >>> from fleet.spec import MultiNode
         >>> member_env(Server(model="m", port=1, worker_hosts=["b"],
         ...                   multinode=MultiNode(interface="ens8f0")))
         {'GLOO_SOCKET_IFNAME': 'ens8f0', 'NCCL_SOCKET_IFNAME': 'ens8f0'}
+        >>> member_env(Server(model="m", port=1, worker_hosts=["b"],
+        ...                   args={"enforce-eager": True}), cpu=True)
+        {'TORCH_COMPILE_DISABLE': '1'}
     """
+    env = {}
+    if cpu and server.worker_hosts and server.args.get("enforce-eager") is True:
+        env["TORCH_COMPILE_DISABLE"] = "1"
     interface = settings(server).interface
-    if interface is None:
-        return {}
-    return {"GLOO_SOCKET_IFNAME": interface, "NCCL_SOCKET_IFNAME": interface}
+    if interface is not None:
+        env.update({"GLOO_SOCKET_IFNAME": interface, "NCCL_SOCKET_IFNAME": interface})
+    return env
 
 
 def group_revision(parts: list[str]) -> str:

@@ -154,7 +154,7 @@ def server_env(
     )
     if server.api_key is not None:
         env["VLLM_API_KEY"] = secret(server.api_key)
-    env.update(member_env(server))
+    env.update(member_env(server, cpu=host.vllm.variant is Variant.cpu))
     return env
 
 

@@ -182,3 +182,38 @@ def test_over_ray_the_head_runs_vllm_with_the_ray_backend_and_the_worker_only_ra
         "--node-manager-port 6380 --object-manager-port 6381 --min-worker-port 10002 "
         "--max-worker-port 10999")
     assert head.refusal is not None and worker.refusal is not None  # not deployed yet
+
+
+
+CPU_FLEET = """\
+version: 1
+defaults: {vllm: {version: "0.32.0", variant: cpu}}
+models: {m: {url: "http://m.example/m.tar.gz", sha256: "SHA"}}
+hosts:
+  a:
+    address: 10.0.0.1
+    servers:
+      s:
+        model: m
+        port: 8000
+        worker_hosts: [b]
+        args: {tensor-parallel-size: 2ARGS}
+  b:
+    address: 10.0.0.2
+""".replace("SHA", "0" * 64)
+
+
+@pytest.mark.parametrize("eager", [True, False])
+def test_an_eager_cpu_group_runs_no_torch_compile_on_any_member(eager: bool) -> None:
+    # vLLM compiles one TP helper whatever enforce-eager says: without g++ the first completion
+    # fails on the CPU build (InvalidCxxCompiler, measured on sandbox hosts)
+    text = CPU_FLEET.replace("ARGS", ", enforce-eager: true" if eager else "")
+    fleet = load_text(text, "cpu.yaml")
+    for host in ("a", "b"):
+        env = host_plan(fleet, host, secrets=lambda ref: "k").servers[0].env_text
+        assert ("TORCH_COMPILE_DISABLE=1" in env) is eager
+
+
+def test_a_gpu_group_keeps_torch_compile() -> None:
+    assert "TORCH_COMPILE_DISABLE" not in member(HEAD).env_text
+    assert "TORCH_COMPILE_DISABLE" not in member(WORKER).env_text
