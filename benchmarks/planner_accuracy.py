@@ -25,13 +25,14 @@ Example::
     planner accuracy (predicted / measured KV tokens, worst of 3): 1.0000
 
 ``--logs`` compares against the public GPU logs of ``tests/data/vllm-logs/`` instead (no vLLM
-needed): the distribution of predicted / logged KV tokens and max concurrency per release
+needed): the distribution of predicted / logged KV memory, KV tokens and max concurrency per release
 family, the worst case last (the comparison is benchmarks/planner_logs.py's)::
 
     $ .venv/bin/python benchmarks/planner_accuracy.py --logs
-    V0 0.6   KV tokens    n=2  min 1.002  median 1.003  max 1.003
+    V0 0.6   KV memory        n=5  min 0.990  median 1.003  max 1.013
     ...
-    worst KV tokens / max concurrency: v0-l40sx2-qwen25-32b-tp2 (V0 0.7.3): 1.032
+    worst KV memory / KV tokens / max concurrency: v0-rtx3090x16-deepseek-v3-awq-tp16 (V0 0.8.3):
+    0.958
 """
 
 from __future__ import annotations
@@ -191,7 +192,8 @@ def stop(process: subprocess.Popen) -> None:
 
 
 def log_distribution() -> int:
-    """The GPU-log corpus: KV tokens and max concurrency ratios per release family, worst last."""
+    """The GPU-log corpus: KV memory, KV tokens and max concurrency ratios per release family
+    (each where the log states it), worst last."""
     results = [planner_logs.compare(case) for case in planner_logs.cases()]
     held = [r for r in results if not planner_logs.warned(r)]
     families: dict[str, list] = {}
@@ -200,7 +202,8 @@ def log_distribution() -> int:
     pairs = []
     for family, members in sorted(families.items(), key=lambda kv: (
             kv[0][:2], tuple(int(x) for x in kv[0].split()[1].split(".")))):
-        for key, label in (("tokens", "KV tokens"), ("concurrency", "max concurrency")):
+        for key, label in (("KV memory", "KV memory"), ("tokens", "KV tokens"),
+                           ("concurrency", "max concurrency")):
             values = [(m.ratios[key], m) for m in members if key in m.ratios]
             pairs += values
             if values:
@@ -210,7 +213,7 @@ def log_distribution() -> int:
     warned = [r.name for r in results if planner_logs.warned(r)]
     print(f"explicit warnings instead of a number: {len(warned)} ({', '.join(warned)})")
     ratio, worst = max(pairs, key=lambda pair: abs(pair[0] - 1))
-    print(f"worst KV tokens / max concurrency: {worst.name} ({worst.engine} "
+    print(f"worst KV memory / KV tokens / max concurrency: {worst.name} ({worst.engine} "
           f"{worst.logged['release']}): {ratio:.3f}")
     failed = [r for r in results if not planner_logs.within_goal(r)]
     return 1 if failed else 0

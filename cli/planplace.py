@@ -45,6 +45,7 @@ from fleet.placement import (
     Placement,
     gib,
     measured,
+    measured_sources,
     place_fleet,
     placed,
     rooms,
@@ -254,7 +255,7 @@ def cmd_plan_place(args: argparse.Namespace) -> int:
         if not unplaced(fleet):
             out.print("every GPU server declares its gpus: nothing to place", markup=False)
     planned = placed(fleet, placement)
-    plan = plan_fleet(planned)
+    plan = plan_fleet(planned, measured_sources(states))
     refused = [f"{r.host}/{r.server}: cannot place: {r.message}; {r.hint}"
                for r in placement.refused]
     if args.json:

@@ -55,11 +55,38 @@ CUDA_TOTAL_GIB: dict[str, tuple[float, str]] = {
 #: The H200 captured for this project (tests/fixtures/nvidia/h200x1-idle): total and reserved MiB.
 H200_CAPTURE = (143771, 616)
 
-#: V1: the sampler's peak per (row × vocabulary entry) in the profiling pass, which runs top-k and
-#: top-p on dummy requests: fp32 logits (4), their sorted copy (4) with int64 indices (8), the
-#: softmax (4) and its cumulative sum (4) — the sort-based path of vllm/v1/sample/ops/
-#: topk_topp_sampler.py; within 0.3 % of the gpt-oss-20b log on an A100 (vLLM 0.19).
-V1_SAMPLER_BYTES = 24
+#: V1: the sampler's peak per (row × vocabulary entry) in the profiling pass, which runs top-k
+#: and top-p on dummy requests (``_dummy_sampler_run``: top_k = vocab − 1, top_p = 0.9). Three
+#: paths, by release (``sampler_path``):
+#:
+#: - the PyTorch sort (``apply_top_k_top_p`` of vllm/v1/sample/ops/topk_topp_sampler.py), the
+#:   default of every pip-installed release before 0.17 (FlashInfer is only the ``[flashinfer]``
+#:   extra up to 0.11.0, and opt-in from 0.11.1): at ``logits.sort`` the bf16 logits (2) the
+#:   caller holds, their fp32 copy (4), the sorted values (4) and int64 indices (8), the int64
+#:   index input torch builds for CUB (8) and CUB's segmented radix sort buffers for keys and
+#:   values (12): 38 bytes. Logs: 38.2–38.9 (H100: Qwen3-0.6B, Llama-3.1-8B, Qwen3-32B,
+#:   gpt-oss-20b, llm-d-benchmark's measurements; L40S: Qwen3-235B, 0.10.2); the probe
+#:   (benchmarks/gpu_memory_probe.py) measured 41.0 on an H200 for a sequence that keeps a
+#:   few more tensors alive;
+#: - the Triton top-k/top-p kernel (``apply_top_k_top_p_triton``, from 0.17, for 8 rows or
+#:   more): in place, so the bf16 (2) and fp32 (4) logits, then the softmax (4) and the
+#:   exponential noise of ``random_sample`` (4): 14 bytes, plus the kernel's per-program buffer
+#:   (``min(SMs, rows) × vocab`` fp32);
+#: - FlashInfer's rejection sampler (``flashinfer_sample``: top-k masked logits, then their
+#:   softmax) where it is on: 14 bytes.
+V1_NATIVE_SAMPLER_BYTES = 38
+V1_TRITON_SAMPLER_BYTES = 14
+V1_FLASHINFER_SAMPLER_BYTES = 14
+#: The figure the probe's measurement is held against (the sort path it reproduces).
+V1_SAMPLER_BYTES = V1_NATIVE_SAMPLER_BYTES
+#: From this release, 8 rows or more go through the Triton kernel (vllm#33538).
+TRITON_SAMPLER_FROM = (0, 17)
+TRITON_MIN_ROWS = 8
+#: The Triton kernel's programs: one per SM, at most (132 on an H100/H200, 108 on an A100).
+TRITON_PROGRAMS = 132
+#: FlashInfer's sampler is on by default where flashinfer is installed up to this release;
+#: from it, only with VLLM_USE_FLASHINFER_SAMPLER=1.
+FLASHINFER_OPT_IN_FROM = (0, 11, 1)
 #: V0: the profiling pass computes fp32 logits of one token per sequence.
 V0_LOGITS_BYTES = 4
 #: Non-torch memory the profiling pass adds (cuBLAS workspaces: 0.16 GiB measured on an H200).
@@ -302,7 +329,7 @@ def profile_terms(
         >>> terms = profile_terms("V1", "0.10.2", Server(model="m", port=1), c,
         ...                       Batch(8192, 256, "given"), 2)
         >>> [(t.name, round(t.bytes / GiB, 2)) for t in terms]  # doctest: +NORMALIZE_WHITESPACE
-        [('activation', 0.19), ('sampler', 0.87), ('profiling peak', 0.87),
+        [('activation', 0.19), ('sampler', 1.39), ('profiling peak', 1.39),
          ('non-torch', 0.15), ('CUDA graphs', 0.0)]
     """
     vocab = config.vocab_size if config and config.vocab_size else 0
@@ -318,11 +345,14 @@ def profile_terms(
                           f"{batch.seqs} sequences × vocab {vocab:,} × 4 B (V0: fp32 logits)"))
     elif last_stage:
         rows = min(batch.tokens, batch.seqs)
-        sampler = rows * vocab * V1_SAMPLER_BYTES
+        path, per_entry, extra, why = sampler_path(vllm_version, server, rows, vocab)
+        held = batch.tokens * (config.hidden_size or 0) * dtype_bytes if config else 0
+        sampler = rows * vocab * per_entry + extra + held
         terms.append(Term("sampler", sampler,
-                          f"{rows} rows × vocab {vocab:,} × {V1_SAMPLER_BYTES} B: the dummy "
-                          "sampler run with top-k/top-p (fp32 logits, sorted copy, int64 "
-                          "indices, softmax, cumulative sum)"))
+                          f"{rows} rows × vocab {vocab:,} × {per_entry} B ({path}: {why})"
+                          + (f" + its buffer {extra / GiB:.2f} GiB" if extra else "")
+                          + f" + the dummy run's hidden states it holds ({batch.tokens:,} × "
+                          f"{(config.hidden_size or 0) if config else 0:,})"))
     else:
         sampler = 0
         terms.append(Term("sampler", 0, "not on this pipeline stage (V1 samples on the last)"))
@@ -332,6 +362,41 @@ def profile_terms(
     terms.append(_non_torch(fam, tp, parallel))
     terms.append(_graphs(fam, vllm_version, server))
     return terms
+
+
+def sampler_path(vllm_version: str, server: Server, rows: int, vocab: int
+                 ) -> tuple[str, int, int, str]:
+    """Which top-k/top-p implementation vLLM V1's dummy sampler run takes, its bytes per (row ×
+    vocabulary entry), any fixed buffer, and why (see ``V1_NATIVE_SAMPLER_BYTES``).
+
+    Example:
+        >>> s = Server(model="m", port=1)
+        >>> [sampler_path(v, s, 256, 1000)[:2] for v in ("0.11.0", "0.16.0", "0.17.0")]
+        [('PyTorch sort', 38), ('PyTorch sort', 38), ('Triton kernel', 14)]
+        >>> sampler_path("0.17.0", s, 4, 1000)[:2]
+        ('PyTorch sort', 38)
+        >>> opt_in = Server(model="m", port=1, env={"VLLM_USE_FLASHINFER_SAMPLER": "1"})
+        >>> sampler_path("0.14.1", opt_in, 256, 1000)[:2]
+        ('FlashInfer', 14)
+    """
+    v = version(vllm_version)
+    flag = str(server.env.get("VLLM_USE_FLASHINFER_SAMPLER", "")).strip()
+    # Up to 0.11.0 flashinfer is the [flashinfer] extra: the sampler takes it when it is
+    # installed, which VLLM_ATTENTION_BACKEND=FLASHINFER (it needs the package) shows.
+    installed = str(server.env.get("VLLM_ATTENTION_BACKEND", "")).strip() == "FLASHINFER"
+    if flag == "1" or (v < FLASHINFER_OPT_IN_FROM and installed and flag != "0"):
+        why = ("VLLM_USE_FLASHINFER_SAMPLER=1" if flag == "1" else
+               "flashinfer installed (VLLM_ATTENTION_BACKEND=FLASHINFER), on by default "
+               "before 0.11.1")
+        return "FlashInfer", V1_FLASHINFER_SAMPLER_BYTES, 0, why
+    if v >= TRITON_SAMPLER_FROM and rows >= TRITON_MIN_ROWS:
+        buffer = min(TRITON_PROGRAMS, rows) * vocab * 4
+        return "Triton kernel", V1_TRITON_SAMPLER_BYTES, buffer, (
+            "in place: bf16 and fp32 logits, softmax, exponential noise; from 0.17, 8 rows "
+            "or more")
+    return "PyTorch sort", V1_NATIVE_SAMPLER_BYTES, 0, (
+        "bf16 and fp32 logits, sorted values and int64 indices, the sort's index input and "
+        "CUB's radix-sort buffers")
 
 
 def _non_torch(fam: str, tp: int, parallel: bool) -> Term:

@@ -538,6 +538,26 @@ def measured(fleet: Fleet, states: dict[str, list[GpuState]]) -> Fleet:
     return copy
 
 
+def measured_sources(states: dict[str, list[GpuState]]) -> dict[str, str]:
+    """Where :func:`measured` took each host's CUDA total from, for the plan to say.
+
+    Example:
+        >>> found = measured_sources({"box": [GpuState(0, "NVIDIA H200", 143771, 616, 1, 2)]})
+        >>> found["box"]
+        'measured on the host: nvidia-smi memory.total 143771 MiB − memory.reserved 616 MiB'
+    """
+    sources = {}
+    for name, gpu_states in states.items():
+        if not gpu_states:
+            continue
+        smallest = min(gpu_states, key=lambda s: s.cuda_total_mib)
+        reserve = (f"memory.reserved {smallest.reserved_mib} MiB" if smallest.reserved_mib
+                   is not None else f"{gpu_table.DRIVER_RESERVED_GIB} GiB (no memory.reserved)")
+        sources[name] = (f"measured on the host: nvidia-smi memory.total {smallest.total_mib} "
+                         f"MiB − {reserve}")
+    return sources
+
+
 def rooms(
     fleet: Fleet, states: dict[str, list[GpuState]] | None = None
 ) -> dict[str, list[GpuRoom]]:

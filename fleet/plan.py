@@ -272,6 +272,36 @@ def batch_defaults(
     return 2048, 256
 
 
+def release_batch_defaults(
+    defaults: ReleaseDefaults | None, memory_gib: float | None, gpu_model: str | None,
+    variant: Variant, cuda_total_gib: float | None = None,
+) -> tuple[int, int, str]:
+    """The API server's default (max-num-batched-tokens, max-num-seqs) of the host's release on
+    its GPU, and where they come from: the release's own batch classes
+    (``ReleaseDefaults.batch_for``, read from its ``get_batch_defaults``) where they were read,
+    else 0.32's (:func:`batch_defaults`).
+
+    Example (a B200: 0.24 has no class above 70 GiB, 0.28 added one from 160 GiB):
+        >>> from fleet.vllm_defaults import release_defaults
+        >>> release_batch_defaults(release_defaults("0.24.0"), 180, "B200", Variant.cu129)[:2]
+        (8192, 1024)
+        >>> release_batch_defaults(release_defaults("0.28.0"), 180, "B200", Variant.cu129)[:2]
+        (16384, 1024)
+    """
+    if variant is Variant.cpu:
+        tokens, seqs = batch_defaults(memory_gib, gpu_model, variant)
+        return tokens, seqs, "vLLM's default max-num-batched-tokens on the cpu build"
+    total = cuda_total_gib
+    if total is None:
+        total = (memory_gib or 0) - DRIVER_RESERVED_GIB
+    found = defaults.batch_for(total, f"NVIDIA {gpu_model or ''}") if defaults else None
+    if found is not None:
+        return found[0], found[1], (f"vLLM {defaults.release}'s default max-num-batched-tokens "
+                                    "for this GPU (its get_batch_defaults)")
+    tokens, seqs = batch_defaults(memory_gib, gpu_model, variant)
+    return tokens, seqs, "vLLM's default max-num-batched-tokens for this GPU (0.32's classes)"
+
+
 def chunked_prefill(server: Server) -> bool:
     """Whether chunked prefill is on: vLLM's V1 default, unless turned off.
 
@@ -359,12 +389,13 @@ def _stage_layers(config: ModelConfig, pp: int) -> list[tuple[int, bool]]:
 
 
 def _batch(plan: ServerPlan, host: Host, server: Server, fam: str,
-           defaults: ReleaseDefaults, memory_gib: float | None) -> memory.Batch:
+           defaults: ReleaseDefaults, memory_gib: float | None,
+           cuda_total_gib: float | None = None) -> memory.Batch:
     """The profiling pass's tokens and sampler rows for the server's release family."""
     if fam.startswith("V0"):
         return memory.v0_batch(server, plan.max_model_len, host.vllm.version, defaults.max_num_seqs)
-    tokens, seqs = batch_defaults(memory_gib, host.gpus.model, host.vllm.variant)
-    source = "vLLM's default max-num-batched-tokens for this GPU"
+    tokens, seqs, source = release_batch_defaults(defaults, memory_gib, host.gpus.model,
+                                                  host.vllm.variant, cuda_total_gib)
     given = server.int_arg("max-num-batched-tokens")
     if given is not None:
         tokens, source = given, "max-num-batched-tokens"
@@ -374,14 +405,46 @@ def _batch(plan: ServerPlan, host: Host, server: Server, fam: str,
     return memory.Batch(tokens, server.int_arg("max-num-seqs") or seqs, source)
 
 
+#: Model types and architecture words of hybrid models (attention with Mamba, linear attention or
+#: short convolutions), whose state vLLM's KV cache manager sizes apart from attention.
+HYBRID_WORDS = ("mamba", "jamba", "bamba", "zamba", "nemotron_h", "nemotronh", "qwen3_next",
+                "qwen3next", "qwen3_5", "falcon_h1", "falconh1", "granitemoehybrid", "plamo2",
+                "lfm2", "minimax", "kimi_linear", "kimilinear")
+
+
+def hybrid(config: ModelConfig) -> bool:
+    """Whether a model mixes attention with state-space / linear-attention layers: a layer type
+    other than full or sliding attention, or a hybrid family's model type or class.
+
+    Example:
+        >>> hybrid(ModelConfig(num_hidden_layers=2, num_attention_heads=1,
+        ...     layer_types=["linear_attention", "full_attention"]))
+        True
+        >>> hybrid(ModelConfig(num_hidden_layers=2, num_attention_heads=1, model_type="llama"))
+        False
+    """
+    kinds = set(config.layer_types or ()) - {"full_attention", "sliding_attention"}
+    names = " ".join((config.architectures or []) + [config.model_type or ""]).lower()
+    return bool(kinds) or any(word in names for word in HYBRID_WORDS)
+
+
 def _warnings(plan: ServerPlan, server: Server, config: ModelConfig | None, fam: str) -> None:
     """Say what the memory model does not cover for this server."""
     arch = " ".join((config.architectures or []) + [config.model_type or ""]) if config else ""
     if any(word in arch for word in ("ConditionalGeneration", "Vision", "VL", "mllama", "llava")):
         plan.warnings.append(
             "multimodal encoder profiling not modelled: vLLM also profiles the vision encoder "
-            "with its largest inputs, which can take GiBs more (vllm#12126: 36.63 GiB for "
-            "Llama-3.2-11B-Vision at 65,536 tokens); the KV cache may be smaller than planned"
+            "with its largest inputs, and its profiling peak differs from a text model's by "
+            "GiBs either way (vllm#12126: 36.63 GiB for Llama-3.2-11B-Vision at 65,536 tokens; "
+            "llm-d-benchmark's Mistral-Small-3.2-24B on an H100: 2.12 GiB where a text model of "
+            "its vocabulary peaks at 4.7); the KV cache may differ from the plan by GiBs"
+        )
+    if config is not None and hybrid(config):
+        plan.warnings.append(
+            "hybrid model not modelled: its Mamba / linear-attention layers keep a fixed-size "
+            "state per sequence, and vLLM pads the attention blocks to that state's page size "
+            "(vllm#40691: for such models the logged KV tokens are not concurrency × length); "
+            "the KV cache planned here counts every layer as attention"
         )
     if fam.startswith("V0") and server.tp > 1:
         plan.warnings.append(
@@ -391,7 +454,8 @@ def _warnings(plan: ServerPlan, server: Server, config: ModelConfig | None, fam:
         )
 
 
-def _plan_server(fleet: Fleet, host_name: str, host: Host, name: str, server: Server) -> ServerPlan:
+def _plan_server(fleet: Fleet, host_name: str, host: Host, name: str, server: Server,
+                 measured_source: str | None = None) -> ServerPlan:
     """Compute one server's plan."""
     plan = ServerPlan(
         host=host_name, server=name, model=server.model, gpus=list(server.gpus),
@@ -432,12 +496,13 @@ def _plan_server(fleet: Fleet, host_name: str, host: Host, name: str, server: Se
         _kv_tokens(plan, server, block)
         _verdict(plan)
         return plan
-    return _plan_gpu_server(plan, host, server, model, config, dtype_bytes, block)
+    return _plan_gpu_server(plan, host, server, model, config, dtype_bytes, block,
+                            measured_source)
 
 
 def _plan_gpu_server(
     plan: ServerPlan, host: Host, server: Server, model: Any, config: ModelConfig | None,
-    dtype_bytes: int, block: int,
+    dtype_bytes: int, block: int, measured_source: str | None = None,
 ) -> ServerPlan:
     """The GPU part of a server's plan: budget, weights, profiling peak per stage, KV cache."""
     missing = plan.cannot_check
@@ -450,6 +515,8 @@ def _plan_gpu_server(
         entry = host.gpus.table_model
         named = entry.name if entry and host.gpus.memory_gib is None else None
         total, plan.cuda_total_source = memory.cuda_total_bytes(memory_gib, named)
+        if measured_source:
+            plan.cuda_total_source = measured_source
         plan.budget_bytes = int(plan.utilization * total)
     weights = model.weights_bytes if model else None
     if weights is None:
@@ -475,7 +542,10 @@ def _plan_gpu_server(
     plan.memory_family = fam
     plan.release_model = f"vLLM {defaults.release} defaults, {engine} engine ({fam} accounting)"
     _warnings(plan, server, config, fam)
-    batch = _batch(plan, host, server, fam, defaults, memory_gib)
+    cuda_total_gib = None
+    if plan.budget_bytes is not None and plan.utilization:
+        cuda_total_gib = plan.budget_bytes / plan.utilization / GiB
+    batch = _batch(plan, host, server, fam, defaults, memory_gib, cuda_total_gib)
     stages = _stage_layers(config, plan.pp) if config else [(0, True)]
     best: tuple[float, list[memory.Term], int, int | None, int] | None = None
     for layers, last in stages:
@@ -667,10 +737,14 @@ def _plan_gpus(fleet: Fleet) -> list[GpuPlan]:
     return plans
 
 
-def plan_fleet(fleet: Fleet) -> FleetPlan:
-    """The plan of every server and every used GPU of a validated fleet."""
+def plan_fleet(fleet: Fleet, measured: dict[str, str] | None = None) -> FleetPlan:
+    """The plan of every server and every used GPU of a validated fleet.
+
+    ``measured``: for hosts whose GPUs were read from the host (``fleet plan --from-host``,
+    :func:`fleet.placement.measured`), where their CUDA total comes from, said in each plan.
+    """
     servers = [
-        _plan_server(fleet, host_name, host, name, server)
+        _plan_server(fleet, host_name, host, name, server, (measured or {}).get(host_name))
         for host_name, host in fleet.hosts.items()
         for name, server in host.servers.items()
     ]

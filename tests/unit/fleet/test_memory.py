@@ -83,13 +83,18 @@ def test_cpu_offload_fits_the_documented_13b_on_a_24gb_card():
 
 def test_sliding_window_fits_gemma3_27b_at_32k_on_one_h100():
     """Gemma-3-27B at 32k on one H100: 10 full-attention layers hold the whole request, 52
-    sliding-window layers ~9k tokens; counted as full attention it would not fit."""
+    sliding-window layers ~9k tokens, so the same KV memory holds 2.5 times the requests of
+    full attention; on 0.16 (whose sort-based sampler peaks higher on Gemma's 262k vocabulary)
+    full attention would not fit at all."""
     swa = plan(51.1, GEMMA3_27B, "H100 SXM", {"max-model-len": "32k"})
-    assert swa.fits is True, swa.reason
+    assert swa.verdict == "fits", swa.reason
     assert any(t["name"] == "sliding window" for t in swa.overhead_terms)
     full = dict(GEMMA3_27B)
     del full["sliding_window"], full["sliding_window_pattern"]
-    assert plan(51.1, full, "H100 SXM", {"max-model-len": "32k"}).fits is False
+    counted_full = plan(51.1, full, "H100 SXM", {"max-model-len": "32k"})
+    assert 2.4 < swa.max_concurrency / counted_full.max_concurrency < 2.6
+    assert plan(51.1, GEMMA3_27B, "H100 SXM", {"max-model-len": "32k"}, version="0.16.0").fits
+    assert plan(51.1, full, "H100 SXM", {"max-model-len": "32k"}, version="0.16.0").fits is False
 
 
 def test_gemma3_limit_is_not_scaled_again():
@@ -165,3 +170,48 @@ def test_h200_cuda_total_is_what_torch_reported_on_the_captured_h200():
     for total in (memory.cuda_total_bytes(total_mib / 1024, reserved_mib=reserved_mib)[0],
                   memory.cuda_total_bytes(total_mib / 1024, "H200")[0]):
         assert abs(total - torch_total) <= 2**20
+
+
+def test_batch_defaults_follow_the_pinned_release():
+    """The profiling batch is the pinned release's own default: a B200 batches 8192 tokens on
+    0.24 (no class above 70 GiB yet) and 16384 on 0.28 (its ≥ 160 GiB class), so 0.28's
+    activation term is twice 0.24's and its KV cache smaller; an A100 stays at 2048 on both."""
+    old = plan(24.24, LLAMA2_13B, "B200", {}, version="0.24.0")
+    new = plan(24.24, LLAMA2_13B, "B200", {}, version="0.28.0")
+    before, after = ({t["name"]: t for t in p.overhead_terms}["activation"] for p in (old, new))
+    assert "8,192 tokens" in before["source"]
+    assert "vLLM 0.24.0's default" in before["source"]
+    assert "16,384 tokens" in after["source"]
+    assert after["bytes"] == 2 * before["bytes"]
+    assert new.kv_budget_bytes < old.kv_budget_bytes
+    for version in ("0.24.0", "0.28.0"):
+        a100 = plan(24.24, LLAMA2_13B, "A100 80GB", {}, version=version)
+        assert "2,048 tokens" in {t["name"]: t for t in a100.overhead_terms}["activation"]["source"]
+
+
+def test_hybrid_models_are_said_not_modelled():
+    """A model with linear-attention layers (Qwen3-Next's layer_types) gets the explicit warning
+    instead of an unqualified number; a plain dense model does not."""
+    layers = ["linear_attention", "linear_attention", "linear_attention", "full_attention"] * 12
+    hybrid = dict(QWEN3_30B_A3B, model_type="qwen3_next", layer_types=layers)
+    warned = plan(16.0, hybrid, "H100 SXM", {"max-model-len": 32768})
+    assert any(w.startswith("hybrid model not modelled") for w in warned.warnings)
+    plain = plan(16.0, QWEN3_30B_A3B, "H100 SXM", {"max-model-len": 32768})
+    assert not any(w.startswith("hybrid") for w in plain.warnings)
+
+
+def test_sampler_path_follows_the_release():
+    """The profiling sampler's bytes per (row × vocabulary entry): the PyTorch sort up to 0.16,
+    the in-place Triton kernel from 0.17 (a smaller peak, so a larger KV cache), FlashInfer where
+    the server opts in."""
+    args = {"max-model-len": 16000}
+    terms = {}
+    for version in ("0.11.0", "0.16.0", "0.17.0"):
+        p = plan(14.99, QWEN3_8B_YARN, "H100 SXM", args, version=version)
+        terms[version] = {t["name"]: t for t in p.overhead_terms}["sampler"]
+    assert "PyTorch sort" in terms["0.11.0"]["source"]
+    assert terms["0.11.0"]["bytes"] == terms["0.16.0"]["bytes"]
+    assert "Triton kernel" in terms["0.17.0"]["source"]
+    assert terms["0.17.0"]["bytes"] < terms["0.16.0"]["bytes"] / 2
+    # 1024 rows × 151,936 × 38 B + the held hidden states: the H100 logs' 5.56-5.64 GiB peaks.
+    assert 5.5 < terms["0.11.0"]["bytes"] / GiB < 5.7

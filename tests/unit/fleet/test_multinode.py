@@ -8,8 +8,6 @@ launcher needs (docs/multinode.md).
 
 from __future__ import annotations
 
-import json
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +16,8 @@ import pytest
 from fleet.load import load_fleet, load_text
 from fleet.multinode import group_members, member_flags
 from fleet.render import host_plan
-from tests.unit.fleet.test_flags import VALIDATOR, vllm_python
+from tests.support.vllmparse import vllm_parse
+from tests.unit.fleet.test_flags import vllm_python
 
 ROOT = Path(__file__).resolve().parents[3]
 EXAMPLE = ROOT / "inventory" / "examples" / "h200-pair.yaml"
@@ -40,21 +39,6 @@ def exec_start(text: str) -> str:
     return line.removeprefix("ExecStart=")
 
 
-DRIVER = """
-import contextlib, io, json, sys
-sys.path.insert(0, sys.argv[1])
-import validate_args
-results = {}
-for name, line in json.loads(sys.argv[2]).items():
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
-        code = validate_args.main(["--name", name, "--exec-start", line])
-    parser, _ = validate_args.build_parser()
-    words = validate_args.server_words(validate_args.split_exec_start(line))
-    parsed = vars(parser.parse_args(words))
-    results[name] = [code, out.getvalue(), json.loads(json.dumps(parsed, default=repr))]
-print("RESULTS " + json.dumps(results))
-"""
 
 
 @pytest.fixture(scope="module")
@@ -64,13 +48,7 @@ def parsed() -> dict[str, list[Any]]:
     if python is None:
         pytest.skip("no python with vLLM installed (set FLEET_VLLM_PYTHON)")
     lines = {host: exec_start(member(host).unit_text) for host in (HEAD, WORKER)}
-    run = subprocess.run(
-        [python, "-c", DRIVER, str(VALIDATOR.parent), json.dumps(lines)],
-        capture_output=True, text=True, timeout=600, check=False,
-    )
-    found = [line for line in run.stdout.splitlines() if line.startswith("RESULTS ")]
-    assert found, run.stdout[-2000:] + run.stderr[-2000:]
-    return json.loads(found[-1][len("RESULTS "):])
+    return vllm_parse(python, lines)
 
 
 @pytest.mark.parametrize("host", [HEAD, WORKER])

@@ -17,7 +17,15 @@ from cli.planplace import states_of
 from facts.gpumemory import GpuMemory
 from fleet.gpuswrite import WriteProblem, write_gpus
 from fleet.load import load_fleet, load_text
-from fleet.placement import GpuState, measured, place_fleet, placed, strip_gpus, unplaced
+from fleet.placement import (
+    GpuState,
+    measured,
+    measured_sources,
+    place_fleet,
+    placed,
+    strip_gpus,
+    unplaced,
+)
 from fleet.plan import GiB, cuda_total_bytes, plan_fleet
 from fleet.problems import FleetError
 
@@ -267,6 +275,10 @@ def test_from_host_plans_with_the_measured_cuda_total() -> None:
     planned = placed(measured(fleet, states), place_fleet(measured(fleet, states), states))
     (server,) = plan_fleet(planned).servers
     assert server.budget_bytes == int(0.05 * 143155 * 2**20)
+    (said,) = plan_fleet(planned, measured_sources(states)).servers
+    assert said.budget_bytes == server.budget_bytes
+    assert said.cuda_total_source == ("measured on the host: nvidia-smi memory.total 143771 MiB "
+                                      "− memory.reserved 616 MiB")
 
 
 def test_from_host_refuses_what_the_other_processes_leave_no_room_for() -> None:

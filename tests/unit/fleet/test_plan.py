@@ -175,16 +175,17 @@ def workstation():
         ("weights_per_gpu_bytes", 16_385_300_234),
         # the profiling peak is the larger of (they run one after the other):
         # activations 2048 tokens × (3 × 4096 + max(3 × 12288, 48 × 128 + 32 × 128)) × 2
-        # = 201,326,592 and the sampler 256 rows × 151,936 vocab × 24 = 933,494,784;
+        # = 201,326,592 and the sampler (0.11's PyTorch sort) 256 rows × 151,936 vocab × 38
+        # = 1,478,033,408 + the 2048 × 4096 bf16 hidden states it holds = 1,494,810,624;
         # + workspaces 0.15 GiB = 161,061,273 (CUDA graphs are outside the budget in 0.11)
-        ("overhead_bytes", 1_094_556_057),
-        # 23,263,690,358 − 16,385,300,234 − 1,094,556,057
-        ("kv_budget_bytes", 5_783_834_067),
+        ("overhead_bytes", 1_655_871_897),
+        # 23,263,690,358 − 16,385,300,234 − 1,655,871,897
+        ("kv_budget_bytes", 5_222_518_227),
         ("kv_bytes_per_token", 147_456),
-        # 5,783,834,067 // (147,456 × 16) = 2451 blocks of 16; 2451 / 128 blocks per 2048
-        # tokens = 19.1484375 sequences = 39,216 tokens
-        ("kv_cache_tokens", 39_216),
-        ("max_concurrency", 19.1484375),
+        # 5,222,518,227 // (147,456 × 16) = 2213 blocks of 16; 2213 / 128 blocks per 2048
+        # tokens = 17.2890625 sequences = 35,408 tokens
+        ("kv_cache_tokens", 35_408),
+        ("max_concurrency", 17.2890625),
         ("verdict", "fits"),
     ],
 )
@@ -384,7 +385,7 @@ def test_plan_exits_1_when_a_server_does_not_fit(capsys):
 
 def test_plan_shows_the_numbers_of_a_server_that_does_not_fit(capsys):
     main(["plan", str(NOT_FITTING)])
-    assert "box/chat: does not fit — the KV cache holds 18,640 tokens" in capsys.readouterr().out
+    assert "box/chat: does not fit — the KV cache holds 14,832 tokens" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("file", sorted(EXAMPLES.glob("*.yaml")), ids=lambda p: p.stem)

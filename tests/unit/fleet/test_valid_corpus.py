@@ -15,7 +15,6 @@ flag and value checked against vLLM 0.32's own parser and docs. For each file:
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +28,8 @@ from fleet.render import host_plan
 from fleet.yamlread import read_yaml
 from hostside import envfile
 from hostside.validate_args import exec_start, server_words, split_exec_start
-from tests.unit.fleet.test_flags import VALIDATOR, vllm_python
+from tests.support.vllmparse import vllm_parse
+from tests.unit.fleet.test_flags import vllm_python
 
 ROOT = Path(__file__).resolve().parents[3]
 CORPUS = sorted((ROOT / "tests" / "data" / "valid").glob("v032-*.yaml"))
@@ -143,21 +143,6 @@ def test_data_and_expert_parallel_on_four_gpus_is_counted_and_fits():
 
 # --- vLLM 0.32's own parser ---------------------------------------------------------------------
 
-DRIVER = """
-import contextlib, io, json, sys
-sys.path.insert(0, sys.argv[1])
-import validate_args
-results = {}
-for name, line in json.loads(sys.argv[2]).items():
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
-        code = validate_args.main(["--name", name, "--exec-start", line])
-    parser, _ = validate_args.build_parser()
-    words = validate_args.server_words(validate_args.split_exec_start(line))
-    parsed = vars(parser.parse_args(words))
-    results[name] = [code, out.getvalue(), json.loads(json.dumps(parsed, default=repr))]
-print("RESULTS " + json.dumps(results))
-"""
 
 
 @pytest.fixture(scope="module")
@@ -168,13 +153,7 @@ def vllm_reads() -> dict[str, list[Any]]:
         pytest.skip("no python with vLLM installed (set FLEET_VLLM_PYTHON)")
     lines = {f"{path.stem}:{key}": line for path in CORPUS
              for key, line in rendered_lines(path).items()}
-    run = subprocess.run(
-        [python, "-c", DRIVER, str(VALIDATOR.parent), json.dumps(lines)],
-        capture_output=True, text=True, timeout=600, check=False,
-    )
-    found = [line for line in run.stdout.splitlines() if line.startswith("RESULTS ")]
-    assert found, run.stdout[-2000:] + run.stderr[-2000:]
-    return json.loads(found[-1][len("RESULTS "):])
+    return vllm_parse(python, lines)
 
 
 def _parsed(vllm_reads: dict[str, list[Any]], stem: str) -> dict[str, Any]:
