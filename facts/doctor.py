@@ -18,6 +18,8 @@ from typing import Any
 
 from pyinfra.api import FactBase, QuoteString, StringCommand
 
+from facts.host import SystemctlShow
+
 #: The ``systemctl show`` properties a diagnosis reads.
 STATUS_PROPERTIES = ("ActiveState", "SubState", "Result", "NRestarts", "ExecMainStatus",
                      "ExecMainStartTimestamp", "MainPID", "LoadState")  # fmt: skip
@@ -25,7 +27,7 @@ STATUS_PROPERTIES = ("ActiveState", "SubState", "Result", "NRestarts", "ExecMain
 _RC = re.compile(r"^@@rc=(\d+)$")
 
 
-class UnitStatus(FactBase):
+class UnitStatus(SystemctlShow):
     """State, restarts and main process of systemd units (``systemctl show``).
 
     .. code:: python
@@ -34,27 +36,7 @@ class UnitStatus(FactBase):
                                "NRestarts": "4", "Result": "exit-code", "MainPID": "0", …}}
     """
 
-    requires_command = "systemctl"
-    default = dict
-
-    def command(self, units: list[str]) -> StringCommand:
-        return StringCommand(
-            "systemctl", "show", "--no-pager", "-p", ",".join(("Id", *STATUS_PROPERTIES)),
-            *[QuoteString(unit) for unit in units], "||", "true",
-        )  # fmt: skip
-
-    def process(self, output: list[str]) -> dict[str, dict[str, str]]:
-        result: dict[str, dict[str, str]] = {}
-        current: dict[str, str] = {}
-        for line in [*output, ""]:
-            if not line.strip():
-                if current.get("Id"):
-                    result[current.pop("Id")] = current
-                current = {}
-                continue
-            key, _, value = line.partition("=")
-            current[key] = value
-        return result
+    properties = STATUS_PROPERTIES
 
 
 class UnitJournal(FactBase):
