@@ -26,7 +26,7 @@ from pyinfra.api import Config, Inventory, State
 
 from cli.bench.plan import choose_servers, sharing_groups
 from cli.doctor.benchcheck import BENCH_RESULTS, last_baseline, measure
-from cli.drift.gather import _plan_or_error
+from cli.drift.gather import plan_or_error
 from cli.models import INSTALLER
 from cli.remote import REQUEST_COMMAND
 from facts.doctor import (
@@ -108,7 +108,7 @@ def gather_fleet(path: str, only: str | None = None,
         if want_server and want_server not in host.servers:
             raise KeyError(f"no server {want_server!r} on host {name} "
                            f"(servers: {', '.join(host.servers) or 'none'})")  # fmt: skip
-        data, plan, error = _plan_or_error(fleet, name, path)
+        data, plan, error = plan_or_error(fleet, name, path)
         if error or data is None or plan is None:
             results += [Evidence(name, s, error=error) for s in host.servers
                         if not want_server or s == want_server]  # fmt: skip

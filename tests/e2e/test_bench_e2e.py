@@ -30,18 +30,7 @@ API_KEY = "bench-e2e-5b8d2e"
 ENV = {"FLEET_BENCH_E2E_KEY": API_KEY}
 OUTPUT_LEN = 16
 
-FLEET = f"""\
-version: 1
-defaults:
-  vllm: {{version: "0.32.0", variant: cpu, cpu_kvcache_space_gib: 1}}
-models:
-  tiny-llama:
-    url: "{e2e.TESTMODEL_URL}"
-    sha256: "{e2e.TESTMODEL_SHA}"
-hosts:
-  {HOST}:
-    address: sandbox
-    servers:
+FLEET = e2e.fleet_header(HOST) + f"""\
       bench:
         model: tiny-llama
         port: {SERVER_PORT}

@@ -38,18 +38,7 @@ DROPIN = f"{DROPIN_DIR}/50-doctor-fault.conf"
 MODEL = "/var/lib/vllm-fleet/models/tiny-llama"
 CACHE = "/var/cache/vllm-fleet/servers/doc"
 
-FLEET = f"""\
-version: 1
-defaults:
-  vllm: {{version: "0.32.0", variant: cpu, cpu_kvcache_space_gib: 1}}
-models:
-  tiny-llama:
-    url: "{e2e.TESTMODEL_URL}"
-    sha256: "{e2e.TESTMODEL_SHA}"
-hosts:
-  {HOST}:
-    address: sandbox
-    servers:
+FLEET = e2e.fleet_header(HOST) + f"""\
       doc:
         model: tiny-llama
         port: {PORT}

@@ -161,3 +161,27 @@ def prune_other_models(fleet: Path, env: dict[str, str] | None = None) -> None:
     """
     result = fleet_cli(fleet, "models", "prune", "--yes", "--fleet", str(fleet), env=env)
     assert result.returncode == 0, output(result)[-4000:]
+
+
+def fleet_header(host: str = VLLM_HOST) -> str:
+    """The start of an e2e fleet file: the CPU vLLM 0.32 defaults with a 1 GiB KV cache, the
+    committed tiny model, and one sandbox host up to its ``servers:`` key (a module's servers
+    follow, indented by 6).
+
+    Example:
+        >>> fleet_header("h").splitlines()[-3:]
+        ['  h:', '    address: sandbox', '    servers:']
+    """
+    return f"""\
+version: 1
+defaults:
+  vllm: {{version: "0.32.0", variant: cpu, cpu_kvcache_space_gib: 1}}
+models:
+  tiny-llama:
+    url: "{TESTMODEL_URL}"
+    sha256: "{TESTMODEL_SHA}"
+hosts:
+  {host}:
+    address: sandbox
+    servers:
+"""
