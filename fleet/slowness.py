@@ -29,6 +29,8 @@ FLOOR_MS = {"ttft": 5.0, "tpot": 1.0}
 TAIL = 3.0
 #: Queue time's share of TTFT above which requests mostly wait for a slot.
 QUEUED = 0.3
+#: KV cache usage (fraction) below which queueing is not the cache's: the scheduler's limits.
+KV_FULL = 0.9
 #: Mean GPU utilisation (%) during the measurement below which the GPU is starved.
 IDLE_GPU = 50.0
 #: File systems that live on the network.
@@ -87,9 +89,12 @@ def _queueing(bench: dict[str, Any], args: dict[str, Any], where: str) -> Cause 
                         "(vllm:num_requests_running / _waiting)")
     seqs = _arg(args, "max-num-seqs")
     chunked = _arg(args, "enable-chunked-prefill")
-    if seqs and running >= int(seqs):
-        evidence.append(f"max-num-seqs {seqs} reached: new requests wait for a running one "
-                        "to end")
+    kv = (gauges.get("kv_cache_usage") or {}).get("max")
+    if seqs and (running >= int(seqs) or (kv is not None and kv < KV_FULL)):
+        seen = (f"{running:g} were running" if running >= int(seqs)
+                else f"the KV cache was at most {kv:.0%} used, so not the cache")
+        evidence.append(f"max-num-seqs {seqs} reached: at most {seqs} requests run at once and "
+                        f"new ones wait for a running one to end ({seen})")
         fix = (f"raise max-num-seqs (now {seqs}) in {where}.args where the KV cache holds "
                "more sequences, or spread the load over more servers")
     elif chunked is False:

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import csv
 import json
+import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -253,3 +255,70 @@ def test_stopped_server_shows_as_down(deployed: Path, ladder) -> None:
     (row,) = report["servers"]
     assert (row["health"], row["state"]) == ("down", "inactive (dead)")
     assert row["running"] is None  # nothing answered /metrics
+
+
+# --- the plan's mixed stage: two real vLLMs sharing the host's cores (last: it adds a server) --
+
+#: A second server beside ``bench``: the plan groups the servers of a cpu host (they share its
+#: cores). Each binds its OpenMP threads to a core of its own (two ``auto`` would bind the same).
+BIND_0 = '        env: {VLLM_CPU_OMP_THREADS_BIND: "0"}\n        args:'
+PAIR = FLEET.replace("        args:", BIND_0) + f"""\
+      bench-b:
+        model: tiny-llama
+        port: {e2e.BENCH_PORT_B}
+        served_model_name: tiny-bench-b
+        api_key: {{env: FLEET_BENCH_E2E_KEY}}
+        env: {{VLLM_CPU_OMP_THREADS_BIND: "1"}}
+        args: {{max-model-len: 512, max-num-seqs: 4, enforce-eager: true}}
+"""
+MIXED_PLAN = """\
+stages: [baseline, ladder, mixed]
+baseline: {requests: 3}
+ladder: {concurrency: "1,2", requests: 4}
+mixed: {duration: 5s, concurrency: 2}
+"""
+
+
+@pytest.fixture(scope="module")
+def mixed_run(deployed: Path, tmp_path_factory: pytest.TempPathFactory):
+    """Both servers deployed, then the plan on the whole host: stage 3 loads them at once."""
+    root = tmp_path_factory.mktemp("mixed")
+    fleet = root / "fleet.yaml"
+    fleet.write_text(PAIR)
+    result = e2e.deploy(fleet, ENV)
+    assert result.returncode == 0, e2e.output(result)[-4000:]
+    (root / "plan.yaml").write_text(MIXED_PLAN)
+    out = root / "run"
+    result = e2e.run([sys.executable, "-m", "cli.main", "bench", str(fleet), "--plan",
+                      str(root / "plan.yaml"), "--server", HOST, "--input-len", "32",
+                      "--output-len", str(OUTPUT_LEN), "--out", str(out), "--no-progress",
+                      "--sample-interval", "0.5"], fleet, ENV, timeout=300)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    return result, out, json.loads((out / "results.json").read_text())
+
+
+def test_mixed_stage_loads_two_real_servers_at_once(mixed_run) -> None:
+    result, out, results = mixed_run
+    names = [f"{HOST}/bench", f"{HOST}/bench-b"]
+    assert list(results["servers"]) == names
+    (group,) = results["mixed"]
+    assert group["servers"] == names and group["shares"] == f"the CPU cores of cpu host {HOST}"
+    assert group["loads"] == {name: 2 for name in names}
+    for name in names:
+        solo, shared = group["solo"][name], group["shared"][name]
+        assert solo["ok"] > 0 and shared["ok"] > 0 and solo["failed"] == shared["failed"] == 0
+        cost = group["cost"][name]
+        assert cost["ttft_p50"] == pytest.approx(
+            shared["ttft_ms"]["p50"] / solo["ttft_ms"]["p50"])
+        assert cost["output_tokens_per_s"] == pytest.approx(
+            shared["output_tokens_per_s"] / solo["output_tokens_per_s"])
+    rows = list(csv.DictReader((out / "mixed.csv").open()))
+    assert [r["server"] for r in rows] == names
+    assert (out / "mixed-1.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    report = (out / "report.md").read_text()
+    assert report.index("### Stage 1") < report.index("## Stage 3")
+    assert "(mixed-1.png)" in report
+    assert API_KEY not in report + result.stdout + result.stderr
+    record = os.environ.get("FLEET_BENCH_RECORD")
+    if record:  # docs/bench-plan-example/, the report attached to docs/bench.md
+        shutil.copytree(out, record, dirs_exist_ok=True)
