@@ -284,15 +284,17 @@ def test_a_full_shared_memory(fleet: Path, undo) -> None:
 
 
 def test_a_full_cache_file_system(fleet: Path, undo) -> None:
-    """The server's cache (TMPDIR, vLLM's and torch's caches) on a file system that is full."""
+    """The server's cache folder (TMPDIR, vLLM's and torch's caches) on a file system with no
+    byte and no inode left, as a full /var is: the unit cannot even set up its folders."""
     stop()
-    on_host(f"mkdir -p {CACHE} && mount -t tmpfs -o size=256k,mode=0755 tmpfs {CACHE} && "
-            f"mkdir -p {CACHE}/tmp && chown -R vllm: {CACHE} && "
-            f"dd if=/dev/zero of={CACHE}/fill bs=4k count=64 2>/dev/null; true")
-    start_failing("No space left|Errno 28|Error", timeout=150)
+    on_host(f"mkdir -p {CACHE} && mount -t tmpfs -o size=256k,nr_inodes=16,mode=0755 tmpfs "
+            f"{CACHE} && dd if=/dev/zero of={CACHE}/fill bs=4k count=64 2>/dev/null; "
+            f"for i in $(seq 1 32); do touch {CACHE}/f$i 2>/dev/null; done; true")
+    start_failing("No space left|Errno 28", timeout=150)
     status, report, text = doctor(fleet, f"{HOST}/doc")
     doc = server(report)
     assert status == 2, text[-3000:]
     assert doc["signature"] == "disk-full", doc
     assert doc["cause"].startswith(f"{CACHE} is full"), doc
-    assert any(line.startswith(f"{CACHE}: ") for line in doc["evidence"]), doc
+    assert any("No space left on device" in line for line in doc["evidence"]), doc
+    assert any(line.startswith(f"{CACHE}: 0.0 MiB free of ") for line in doc["evidence"]), doc
