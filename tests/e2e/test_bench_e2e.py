@@ -6,7 +6,9 @@ that no module's server inherits another's saved configuration), then runs one s
 with the fleet's API key, and one step through an SSH local port forward over the host's sshd.
 Then ``fleet bench --plan`` with a plan file on the whole host (baseline of 3, ladder 1, 2, a
 6-second soak; stage 3 has nothing to share with), checking its run directory, the unit's memory
-sampled over SSH, and ``--compare`` of the run with itself (about 10 s more).
+sampled over SSH, and ``--compare`` of the run with itself (about 10 s more). Last, a second
+server ``bench-b`` (port 18301) joins ``bench`` on the host, each bound to a core of its own, and
+a plan with stage 3 loads both alone and then at once: what sharing the host's 2 cores costs each.
 """
 
 from __future__ import annotations
