@@ -206,7 +206,8 @@ class Evidence:
     + error: why nothing could be gathered (unreachable host), None otherwise
     + bench: the slow check of a healthy server: ``baseline`` (its last archived bench run's
       single-request figures, with ``run`` and ``started``), ``fresh`` (the same measured now),
-      ``metrics_ttft`` (the server's own TTFT since its start, seconds), ``error``; None when
+      ``metrics_ttft`` (the server's own TTFT since its start, seconds), ``metrics_gauges``
+      (its running and waiting requests and KV cache usage just after), ``error``; None when
       it has no archived run
     + cpu_load: {load1, cpus}; ``busy_processes`` the host's busiest ({pid, user, process,
       cpu, own}); ``neighbours`` the fleet's other servers on the same GPUs (or cpu host);

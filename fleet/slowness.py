@@ -72,11 +72,16 @@ def _arg(args: dict[str, Any], name: str) -> Any:
 def _queueing(bench: dict[str, Any], args: dict[str, Any], where: str) -> Cause | None:
     fresh = bench.get("fresh") or {}
     server = fresh.get("server") or {}
-    gauges = {**(fresh.get("server_gauges") or {})}
+    gauges = fresh.get("server_gauges") or {}
+    after = bench.get("metrics_gauges") or {}
     queue = (server.get("queue") or {}).get("p50")
     ttft = _p(fresh, "ttft_ms")
-    waiting = (gauges.get("waiting") or {}).get("max") or 0
-    running = (gauges.get("running") or {}).get("max") or 0
+
+    def most(key: str) -> float | None:
+        seen = [v for v in ((gauges.get(key) or {}).get("max"), after.get(key)) if v is not None]
+        return max(seen) if seen else None
+
+    waiting, running = most("waiting") or 0, most("running") or 0
     queue_ms = queue * 1000 if isinstance(queue, int | float) else None
     if not waiting and not (queue_ms and ttft and queue_ms >= QUEUED * ttft):
         return None
@@ -86,10 +91,10 @@ def _queueing(bench: dict[str, Any], args: dict[str, Any], where: str) -> Cause 
                         f"{ttft:,.1f} ms (its /metrics during the measurement)")
     if waiting or running:
         evidence.append(f"requests running up to {running:g}, waiting up to {waiting:g} "
-                        "(vllm:num_requests_running / _waiting)")
+                        "(vllm:num_requests_running / _waiting, during and just after)")
     seqs = _arg(args, "max-num-seqs")
     chunked = _arg(args, "enable-chunked-prefill")
-    kv = (gauges.get("kv_cache_usage") or {}).get("max")
+    kv = most("kv_cache_usage")
     if seqs and (running >= int(seqs) or (kv is not None and kv < KV_FULL)):
         seen = (f"{running:g} were running" if running >= int(seqs)
                 else f"the KV cache was at most {kv:.0%} used, so not the cache")

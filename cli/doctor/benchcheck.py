@@ -6,7 +6,7 @@ newest run that measured a server and takes its single-request figures (the plan
 or a bench step at concurrency 1) with the prompt shape they were measured at;
 :func:`measure` sends a few single requests of that shape now, with the bench's own runner
 (warm-up, /metrics difference, GPU samples), and reads the server's own TTFT histogram since
-its start. Requests are all it sends: nothing on the host changes.
+its start, and its gauges just after. Requests are all it sends: nothing on the host changes.
 
 Example:
     >>> import json, tempfile
@@ -107,26 +107,27 @@ def _prompts(baseline: dict[str, Any], target: Target) -> list[Any]:
                              int(baseline.get("seed") or 0), *(tokenizer or ()))  # fmt: skip
 
 
-def server_ttft(base_url: str, model: str | None) -> dict[str, Any] | None:
-    """The server's own TTFT since its start (P50, P99, count; seconds) from ``/metrics``."""
+def server_now(base_url: str, model: str | None) -> dict[str, Any]:
+    """The server's ``/metrics`` now: its own TTFT since its start (``ttft``: P50, P99, count;
+    seconds) and its gauges (``gauges``: running and waiting requests, KV cache usage)."""
     try:
         with urllib.request.urlopen(base_url.rstrip("/") + "/metrics", timeout=10) as reply:
             scrape = servermetrics.parse_prometheus(reply.read().decode())
     except (OSError, ValueError):
-        return None
-    family = servermetrics.HISTOGRAMS["ttft"]
-    buckets = scrape.buckets(family, model)
-    if not buckets or buckets[-1][1] <= 0:
-        return None
-    return {"count": buckets[-1][1],
-            "p50": servermetrics.histogram_quantile(0.5, buckets),
-            "p99": servermetrics.histogram_quantile(0.99, buckets)}  # fmt: skip
+        return {}
+    buckets = scrape.buckets(servermetrics.HISTOGRAMS["ttft"], model)
+    ttft = None
+    if buckets and buckets[-1][1] > 0:
+        ttft = {"count": buckets[-1][1],
+                "p50": servermetrics.histogram_quantile(0.5, buckets),
+                "p99": servermetrics.histogram_quantile(0.99, buckets)}  # fmt: skip
+    return {"ttft": ttft, "gauges": servermetrics.gauge_values(scrape, model)}
 
 
 def measure(fleet_path: str, name: str, baseline: dict[str, Any],
             requests: int = REQUESTS) -> dict[str, Any]:
-    """The baseline's single requests, sent now: ``{"fresh": figures, "metrics_ttft": …}``,
-    or ``{"error": why}``.
+    """The baseline's single requests, sent now: ``{"fresh": figures, "metrics_ttft": …,
+    "metrics_gauges": …}``, or ``{"error": why}``.
 
     + fleet_path, name: the fleet file and ``HOST/SERVER`` (reached as ``fleet bench
       --server`` reaches it: directly on sandbox hosts, else through an SSH port forward)
@@ -143,10 +144,10 @@ def measure(fleet_path: str, name: str, baseline: dict[str, Any],
             runner = Runner(target, prompts, options, gpu_argv=resolved.gpu_argv)
             step = Step(concurrency=1, requests=requests, warmup=1)
             fresh = reports.step_report(asyncio.run(runner.run([step]))[0])
-            metrics = server_ttft(target.base_url, target.model or None)
+            now = server_now(target.base_url, target.model or None)
     except (BenchError, PromptError, OSError, ValueError) as error:
         return {"error": " ".join(str(error).split())[:300]}
     if not fresh["ok"]:
         return {"error": f"none of {fresh['requests']} requests succeeded: "
                          f"{fresh['errors']}"}  # fmt: skip
-    return {"fresh": fresh, "metrics_ttft": metrics}
+    return {"fresh": fresh, "metrics_ttft": now.get("ttft"), "metrics_gauges": now.get("gauges")}

@@ -150,3 +150,15 @@ def test_noise_is_not_a_slowdown() -> None:
     # doubled, but by under the floor: 2 ms → 4 ms of TTFT is this machine's noise
     assert slowdown({"ttft_ms": {"p50": 2.0}}, {"ttft_ms": {"p50": 4.0}}) == []
     assert [s["figure"] for s in slowdown(base, {"tpot_ms": {"p50": 4.5}})] == ["TPOT P50"]
+
+
+def test_the_gauges_just_after_count_where_the_samples_missed_the_busy_moments() -> None:
+    bench = slow(server={"queue": {"p50": 0.03}}, server_gauges={})
+    bench["metrics_gauges"] = {"running": 4.0, "waiting": 3.0, "kv_cache_usage": 0.95}
+    (title, evidence, fix), = causes(healthy(bench))
+    assert title.startswith("requests wait in the server's queue")
+    assert evidence[1:] == ["requests running up to 4, waiting up to 3 (vllm:num_requests_running "
+                            "/ _waiting, during and just after)",
+                            "max-num-seqs 4 reached: at most 4 requests run at once and new ones "
+                            "wait for a running one to end (4 were running)"]  # fmt: skip
+    assert fix.startswith("raise max-num-seqs (now 4)")
