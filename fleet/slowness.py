@@ -23,8 +23,9 @@ from typing import Any
 #: Fresh ÷ baseline at which a figure is clearly slower: single bench rounds on a busy machine
 #: move by 20–50 % (docs/bench.md), so only a doubling counts.
 SLOWER = 2.0
-#: And by at least this much (ms): a 2 ms TTFT that became 4 ms is noise, not a problem.
-FLOOR_MS = {"ttft": 5.0, "tpot": 1.0}
+#: And by at least this much (ms): the tiny test model's 7 ms TTFT doubles on a loaded 2-core
+#: machine without anything being wrong; real models' TTFTs are tens of ms and more.
+FLOOR_MS = {"ttft": 10.0, "tpot": 2.0}
 #: P99 ÷ P50 of TTFT above which a few requests wait far longer than the rest.
 TAIL = 3.0
 #: Queue time's share of TTFT above which requests mostly wait for a slot.

@@ -170,7 +170,7 @@ def test_an_unreachable_host_is_reported_and_the_report_goes_on(fleet: Path, tmp
 
 def test_slower_than_its_last_bench(fleet: Path, tmp_path: Path) -> None:
     """A real baseline (the plan's stage 0, archived as ``fleet bench`` archives it), then the
-    same server with a neighbour's load: 8 long requests at once against max-num-seqs 4."""
+    same server with a neighbour's load: 16 long requests at once against max-num-seqs 4."""
     runs = tmp_path / "bench-results"
     shape = ["--input-len", "32", "--output-len", "16", "--no-progress"]
     base = e2e.fleet_cli(fleet, "bench", str(fleet), "--plan", "--server", f"{HOST}/doc",
@@ -182,7 +182,7 @@ def test_slower_than_its_last_bench(fleet: Path, tmp_path: Path) -> None:
     assert "its last bench" in server(report)["state"], server(report)
     noise = subprocess.Popen(
         [str(e2e.BIN / "fleet"), "bench", str(fleet), "--server", f"{HOST}/doc",
-         "--concurrency", "8", "--warmup", "0", "--duration", "90", "--input-len", "32",
+         "--concurrency", "16", "--warmup", "0", "--duration", "90", "--input-len", "32",
          "--output-len", "400", "--no-progress", "--no-metrics", "--out", str(tmp_path / "n")],
         cwd=e2e.ROOT, env={**os.environ, **ENV}, stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL)  # fmt: skip
