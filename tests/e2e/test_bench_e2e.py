@@ -273,10 +273,12 @@ PAIR = FLEET.replace("        args:", BIND_0) + f"""\
         env: {{VLLM_CPU_OMP_THREADS_BIND: "1"}}
         args: {{max-model-len: 512, max-num-seqs: 4, enforce-eager: true}}
 """
+#: Every stage, short: the run directory is the report attached to docs/bench.md.
 MIXED_PLAN = """\
-stages: [baseline, ladder, mixed]
+stages: [baseline, ladder, soak, mixed]
 baseline: {requests: 3}
 ladder: {concurrency: "1,2", requests: 4}
+soak: {duration: 4s, windows: 4}
 mixed: {duration: 5s, concurrency: 2}
 """
 
@@ -318,7 +320,7 @@ def test_mixed_stage_loads_two_real_servers_at_once(mixed_run) -> None:
     assert [r["server"] for r in rows] == names
     assert (out / "mixed-1.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     report = (out / "report.md").read_text()
-    assert report.index("### Stage 1") < report.index("## Stage 3")
+    assert report.index("### Stage 1") < report.index("### Stage 2") < report.index("## Stage 3")
     assert "(mixed-1.png)" in report
     assert API_KEY not in report + result.stdout + result.stderr
     record = os.environ.get("FLEET_BENCH_RECORD")
