@@ -18,6 +18,8 @@ from typing import Any
 
 from pyinfra.api import FactBase, QuoteString, StringCommand
 
+from facts.host import SystemctlShow
+
 #: The ``systemctl show`` properties a diagnosis reads.
 STATUS_PROPERTIES = ("ActiveState", "SubState", "Result", "NRestarts", "ExecMainStatus",
                      "ExecMainStartTimestamp", "MainPID", "LoadState")  # fmt: skip
@@ -25,7 +27,7 @@ STATUS_PROPERTIES = ("ActiveState", "SubState", "Result", "NRestarts", "ExecMain
 _RC = re.compile(r"^@@rc=(\d+)$")
 
 
-class UnitStatus(FactBase):
+class UnitStatus(SystemctlShow):
     """State, restarts and main process of systemd units (``systemctl show``).
 
     .. code:: python
@@ -34,27 +36,7 @@ class UnitStatus(FactBase):
                                "NRestarts": "4", "Result": "exit-code", "MainPID": "0", …}}
     """
 
-    requires_command = "systemctl"
-    default = dict
-
-    def command(self, units: list[str]) -> StringCommand:
-        return StringCommand(
-            "systemctl", "show", "--no-pager", "-p", ",".join(("Id", *STATUS_PROPERTIES)),
-            *[QuoteString(unit) for unit in units], "||", "true",
-        )  # fmt: skip
-
-    def process(self, output: list[str]) -> dict[str, dict[str, str]]:
-        result: dict[str, dict[str, str]] = {}
-        current: dict[str, str] = {}
-        for line in [*output, ""]:
-            if not line.strip():
-                if current.get("Id"):
-                    result[current.pop("Id")] = current
-                current = {}
-                continue
-            key, _, value = line.partition("=")
-            current[key] = value
-        return result
+    properties = STATUS_PROPERTIES
 
 
 class UnitJournal(FactBase):
@@ -346,3 +328,82 @@ class Completion(FactBase):
         code = rc.group(1) if rc else "?"
         why = "timed out" if code == "124" else " ".join(lines)[-200:] or f"exit {code}"
         return {"ok": False, "status": None, "error": why}
+
+
+class CpuLoad(FactBase):
+    """The host's 1-minute load average and its CPUs (``/proc/loadavg``, ``nproc``).
+
+    .. code:: python
+
+        {"load1": 3.9, "cpus": 2}
+    """
+
+    default = dict
+
+    def command(self) -> str:
+        return "cat /proc/loadavg; nproc"
+
+    def process(self, output: list[str]) -> dict[str, Any]:
+        result: dict[str, Any] = {}
+        words = output[0].split() if output else []
+        if words and re.fullmatch(r"\d+(?:\.\d+)?", words[0]):
+            result["load1"] = float(words[0])
+        if len(output) > 1 and output[1].strip().isdigit():
+            result["cpus"] = int(output[1].strip())
+        return result
+
+
+class BusyProcesses(FactBase):
+    """The host's busiest processes by CPU (``ps``: lifetime average, % of one CPU), with
+    their cgroups (to tell a unit's own processes from its neighbours).
+
+    .. code:: python
+
+        [{"pid": 4121, "user": "aiadm", "cpu": 99.5, "process": "python3",
+          "cgroup": "0::/user.slice/session-4.scope"}]
+    """
+
+    default = list
+
+    def command(self, count: int = 12) -> StringCommand:
+        return StringCommand(
+            "ps", "-eo", "pid=,user=,pcpu=,comm=,cgroup=", "--sort=-pcpu", "|", "head", "-n",
+            str(int(count)),
+        )  # fmt: skip
+
+    def process(self, output: list[str]) -> list[dict[str, Any]]:
+        result = []
+        for line in output:
+            parts = line.split(None, 4)
+            if len(parts) < 4 or not parts[0].isdigit():
+                continue
+            try:
+                cpu = float(parts[2])
+            except ValueError:
+                continue
+            cgroup = parts[4] if len(parts) == 5 else ""
+            result.append({"pid": int(parts[0]), "user": parts[1], "cpu": cpu,
+                           "process": parts[3], "cgroup": cgroup})  # fmt: skip
+        return result
+
+
+class MountOf(FactBase):
+    """The file system holding a path: its type and mount point (``findmnt -T``).
+
+    .. code:: python
+
+        {"fstype": "nfs4", "target": "/mnt/models"}
+    """
+
+    default = dict
+
+    def command(self, path: str) -> StringCommand:
+        return StringCommand("findmnt", "-n", "-o", "FSTYPE,TARGET", "-T", QuoteString(path),
+                             "||", "true")  # fmt: skip
+
+    def process(self, output: list[str]) -> dict[str, str]:
+        for line in output:
+            parts = line.split(None, 1)
+            if len(parts) == 2:
+                return {"fstype": parts[0], "target": parts[1].strip()}
+        return {}

@@ -88,29 +88,31 @@ class FileDigests(FactBase):
         return result
 
 
-#: The unit properties :class:`UnitStates` reads.
-UNIT_PROPERTIES = ("LoadState", "ActiveState", "SubState", "UnitFileState", "LimitNOFILE")
-
-
-class UnitStates(FactBase):
-    """Load, active and enablement state (and open-file limit) of systemd units.
+class SystemctlShow(FactBase):
+    """Properties of systemd units (``systemctl show -p Id,…``), by unit; a subclass names
+    the properties it reads in :attr:`properties`.
 
     .. code:: python
 
-        {"nvidia-persistenced.service": {"LoadState": "loaded", "ActiveState": "active",
-                                         "SubState": "running", "UnitFileState": "enabled",
-                                         "LimitNOFILE": "65536"}}
+        {"vllm-chat.service": {"ActiveState": "active", …}}
+
+    Example:
+        >>> SystemctlShow().process(["Id=a.service", "ActiveState=active", "",
+        ...                          "Id=b.service", "ActiveState=failed"])
+        {'a.service': {'ActiveState': 'active'}, 'b.service': {'ActiveState': 'failed'}}
     """
 
     requires_command = "systemctl"
     default = dict
+    #: The properties read (``Id`` is always read: it keys the result).
+    properties: tuple[str, ...] = ()
 
     def command(self, units: list[str]) -> StringCommand:
         if not units:
             return StringCommand("true")
         return StringCommand(
             "systemctl", "show", "--no-pager",
-            "-p", ",".join(("Id", *UNIT_PROPERTIES)),
+            "-p", ",".join(("Id", *self.properties)),
             *[QuoteString(unit) for unit in units], "||", "true",
         )  # fmt: skip
 
@@ -126,6 +128,23 @@ class UnitStates(FactBase):
             key, _, value = line.partition("=")
             current[key] = value
         return result
+
+
+#: The unit properties :class:`UnitStates` reads.
+UNIT_PROPERTIES = ("LoadState", "ActiveState", "SubState", "UnitFileState", "LimitNOFILE")
+
+
+class UnitStates(SystemctlShow):
+    """Load, active and enablement state (and open-file limit) of systemd units.
+
+    .. code:: python
+
+        {"nvidia-persistenced.service": {"LoadState": "loaded", "ActiveState": "active",
+                                         "SubState": "running", "UnitFileState": "enabled",
+                                         "LimitNOFILE": "65536"}}
+    """
+
+    properties = UNIT_PROPERTIES
 
 
 #: The first line of every vLLM server unit vllm-fleet writes, exactly

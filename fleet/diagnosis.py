@@ -21,6 +21,8 @@ import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from fleet import slowness
+
 #: What a masked secret becomes.
 MASK = "***"
 #: Restarts since the unit was last started by hand that make a loop.
@@ -202,6 +204,14 @@ class Evidence:
     + args: the server's vLLM flags from the fleet file; ``variant`` cpu/cu129/…;
       ``vllm_version`` installed on the host; ``env`` the server's extra environment
     + error: why nothing could be gathered (unreachable host), None otherwise
+    + bench: the slow check of a healthy server: ``baseline`` (its last archived bench run's
+      single-request figures, with ``run`` and ``started``), ``fresh`` (the same measured now),
+      ``metrics_ttft`` (the server's own TTFT since its start, seconds), ``metrics_gauges``
+      (its running and waiting requests and KV cache usage just after), ``error``; None when
+      it has no archived run
+    + cpu_load: {load1, cpus}; ``busy_processes`` the host's busiest ({pid, user, process,
+      cpu, own}); ``neighbours`` the fleet's other servers on the same GPUs (or cpu host);
+      ``model_fstype``, ``model_mount`` the file system holding the model
     """
 
     host: str
@@ -234,6 +244,12 @@ class Evidence:
     vllm_version: str | None = None
     user: str = "vllm"
     error: str | None = None
+    bench: dict[str, Any] | None = None
+    cpu_load: dict[str, Any] | None = None
+    busy_processes: list[dict[str, Any]] = field(default_factory=list)
+    neighbours: list[str] = field(default_factory=list)
+    model_fstype: str | None = None
+    model_mount: str | None = None
 
     @property
     def restarts(self) -> int:
@@ -262,6 +278,7 @@ class Diagnosis:
     + evidence: the log lines and facts that show it (masked)
     + fix: what to change, in the fleet file where that is the fix
     + state: what systemd and /health say, in words
+    + bench: for the slow check, the baseline and the fresh figures compared (else None)
     """
 
     host: str
@@ -272,6 +289,7 @@ class Diagnosis:
     cause: str = ""
     evidence: list[str] = field(default_factory=list)
     fix: str = ""
+    bench: dict[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
         """Plain data for ``fleet doctor --json``."""
@@ -312,7 +330,7 @@ def diagnose(ev: Evidence) -> Diagnosis:
         return Diagnosis(ev.host, ev.server, UNKNOWN, "not gathered",
                          cause=f"could not gather evidence: {ev.error}")  # fmt: skip
     if ev.healthy:
-        return Diagnosis(ev.host, ev.server, OK, state)
+        return _slower(ev, state) or Diagnosis(ev.host, ev.server, OK, state + _compared(ev))
     recent = last_start(ev.journal)
     names = {s.name for s in match(recent)} | set(_from_facts(ev))
     for name in sorted(names, key=PRIORITY.index):
@@ -332,6 +350,47 @@ def diagnose(ev: Evidence) -> Diagnosis:
     return Diagnosis(ev.host, ev.server, UNKNOWN, state,
                      cause="not active or not answering, and no known cause in its log",
                      evidence=raw)  # fmt: skip
+
+
+def _compared(ev: Evidence) -> str:
+    """What the slow check of a healthy server found, in a few words ("" without a bench)."""
+    bench = ev.bench or {}
+    then = ((bench.get("baseline") or {}).get("ttft_ms") or {}).get("p50")
+    now = ((bench.get("fresh") or {}).get("ttft_ms") or {}).get("p50")
+    if then is not None and now is not None:
+        return f", TTFT P50 {now:,.1f} ms (its last bench: {then:,.1f} ms)"
+    return f", slow check: {bench['error']}" if bench.get("error") else ""
+
+
+def _slower(ev: Evidence, state: str) -> Diagnosis | None:
+    """A healthy server clearly slower than its last bench, with the slow tree's causes."""
+    bench = ev.bench or {}
+    baseline, fresh = bench.get("baseline"), bench.get("fresh")
+    if not baseline or not fresh:
+        return None
+    slower = slowness.slowdown(baseline, fresh)
+    if not slower:
+        return None
+    when = f"{baseline.get('run', '?')}, {baseline.get('started', '?')}"
+    figures = "; ".join(f"{s['figure']} {s['now_ms']:,.1f} ms against {s['then_ms']:,.1f} ms "
+                        f"(×{s['ratio']:.1f})" for s in slower)  # fmt: skip
+    evidence = [f"{figures} in its last bench ({when}), {fresh.get('ok', '?')} single requests "
+                f"of {baseline.get('input_len') or '?'} input and "
+                f"{baseline.get('output_len') or '?'} output tokens measured now"]
+    found = slowness.causes(ev)
+    for title, lines, _ in found:
+        evidence += [f"{title.split(' (')[0]}: {line}" for line in lines]
+    if found:
+        cause = f"slower than its last bench: {figures}; most likely {found[0][0]}"
+        fix = found[0][2]
+        if len(found) > 1:
+            fix += "; then check: " + "; ".join(c[0] for c in found[1:])
+    else:
+        cause = f"slower than its last bench: {figures}; nothing read here explains it"
+        fix = ("compare a fresh `fleet bench --plan` run with the last one (`fleet bench "
+               "--compare RUN_A RUN_B`), and check the client's network path")
+    return Diagnosis(ev.host, ev.server, PROBLEM, state + ", slower than its last bench",
+                     "slower-than-bench", cause, evidence, fix, bench)  # fmt: skip
 
 
 def _tail(text: str, lines: int = 12) -> list[str]:

@@ -14,10 +14,9 @@ Example:
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import time
 from typing import Any
+
+from cli.bench.sampler import LineSampler
 
 QUERY = "index,utilization.gpu,memory.used,memory.total"
 
@@ -61,7 +60,7 @@ def summarize_gpus(samples: list[tuple[float, dict[str, Any]]]) -> dict[str, dic
     }
 
 
-class GpuSampler:
+class GpuSampler(LineSampler):
     """Runs a sampling command (nvidia-smi over SSH) and keeps its timestamped samples.
 
     + argv: the command, e.g. ``cli.remote.ssh_command(data, nvidia_smi_command())``
@@ -72,46 +71,6 @@ class GpuSampler:
         summarize_gpus(sampler.window(t0, t1))
     """
 
-    def __init__(self, argv: list[str]):
-        self.argv = argv
-        self.samples: list[tuple[float, dict[str, Any]]] = []
-        self.error = ""
-        self._process: asyncio.subprocess.Process | None = None
-        self._reader: asyncio.Task | None = None
-
-    async def start(self) -> None:
-        """Start the command and read its lines in the background."""
-        self._process = await asyncio.create_subprocess_exec(
-            *self.argv,
-            stdin=asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-        )
-        self._reader = asyncio.create_task(self._read())
-
-    async def _read(self) -> None:
-        assert self._process is not None and self._process.stdout is not None
-        async for raw in self._process.stdout:
-            sample = parse_line(raw.decode(errors="replace"))
-            if sample is not None:
-                self.samples.append((time.perf_counter(), sample))
-        if self._process.stderr is not None:
-            self.error = (await self._process.stderr.read()).decode(errors="replace").strip()
-
-    def window(self, start: float, end: float) -> list[tuple[float, dict[str, Any]]]:
-        """The samples taken between two perf_counter times."""
-        return [(t, s) for t, s in self.samples if start <= t <= end]
-
-    async def stop(self) -> None:
-        """Stop the command we started (its ssh process) and the reader."""
-        process = self._process
-        if process is not None and process.returncode is None:
-            process.terminate()
-            try:
-                await asyncio.wait_for(process.wait(), 5)
-            except asyncio.TimeoutError:
-                process.kill()
-                await process.wait()
-        if self._reader is not None:
-            with contextlib.suppress(asyncio.TimeoutError, asyncio.CancelledError):
-                await asyncio.wait_for(self._reader, 5)
+    def parse(self, line: str) -> dict[str, Any] | None:
+        """One nvidia-smi CSV line as a sample (:func:`parse_line`)."""
+        return parse_line(line)

@@ -24,10 +24,9 @@ Example:
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import shlex
-import time
+
+from cli.bench.sampler import LineSampler
 
 #: What each kind of sample measures, for the report.
 KINDS = {
@@ -79,7 +78,7 @@ def parse_sample(line: str) -> tuple[str, int] | None:
     return parts[0], int(parts[1])
 
 
-class MemorySampler:
+class MemorySampler(LineSampler):
     """Runs a command printing byte counts (over SSH) and keeps its timestamped samples.
 
     + argv: the command, e.g. ``ssh_command(data, cgroup_memory_command(unit, 5))``
@@ -90,51 +89,13 @@ class MemorySampler:
     """
 
     def __init__(self, argv: list[str]):
-        self.argv = argv
-        self.samples: list[tuple[float, int]] = []
+        super().__init__(argv)
         self.kind: str | None = None
-        self.error = ""
-        self._process: asyncio.subprocess.Process | None = None
-        self._reader: asyncio.Task | None = None
 
-    async def start(self) -> None:
-        """Start the command and read its lines in the background."""
-        self._process = await asyncio.create_subprocess_exec(
-            *self.argv, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-        )
-        self._reader = asyncio.create_task(self._read())
-
-    async def first_sample(self, timeout: float) -> bool:
-        """Wait until the first sample arrived (the ssh connection is up), the command ended,
-        or ``timeout`` seconds passed; whether a sample is in."""
-        end = time.perf_counter() + timeout
-        while not self.samples and time.perf_counter() < end:
-            if self._process is None or self._process.returncode is not None:
-                break
-            await asyncio.sleep(0.1)
-        return bool(self.samples)
-
-    async def _read(self) -> None:
-        assert self._process is not None and self._process.stdout is not None
-        async for raw in self._process.stdout:
-            sample = parse_sample(raw.decode(errors="replace"))
-            if sample is not None:
-                self.kind = sample[0]
-                self.samples.append((time.perf_counter(), sample[1]))
-        if self._process.stderr is not None:
-            self.error = (await self._process.stderr.read()).decode(errors="replace").strip()
-
-    async def stop(self) -> None:
-        """Stop the command we started and its reader."""
-        process = self._process
-        if process is not None and process.returncode is None:
-            process.terminate()
-            try:
-                await asyncio.wait_for(process.wait(), 5)
-            except asyncio.TimeoutError:
-                process.kill()
-                await process.wait()
-        if self._reader is not None:
-            with contextlib.suppress(asyncio.TimeoutError, asyncio.CancelledError):
-                await asyncio.wait_for(self._reader, 5)
+    def parse(self, line: str) -> int | None:
+        """A sample line's bytes (:func:`parse_sample`), noting its kind."""
+        sample = parse_sample(line)
+        if sample is None:
+            return None
+        self.kind = sample[0]
+        return sample[1]

@@ -14,6 +14,7 @@ import os
 from typing import Any
 
 from cli.console import err
+from cli.doctor.benchcheck import BENCH_RESULTS
 from cli.doctor.gather import gather_fleet
 from cli.doctor.report import exit_status, text, to_json
 from fleet.diagnosis import diagnose
@@ -33,10 +34,11 @@ def _split(args: Any, default: str) -> tuple[str, str | None]:
 def cmd_doctor(args: Any) -> int:
     """``fleet doctor``: exit 0 nothing wrong, 2 problems found, 1 could not diagnose."""
     path, target = _split(args, args.default_fleet)
+    bench_dir = None if args.no_bench else args.bench_results
     try:
         evidence = gather_fleet(path, only=target,
                                 progress=None if args.json else lambda n: err.print(
-                                    f"examining {n}…"))  # fmt: skip
+                                    f"examining {n}…"), bench_dir=bench_dir)  # fmt: skip
     except FleetError as error:
         err.print(f"[bold red]{path}: invalid[/]")
         for problem in error.problems:
@@ -61,4 +63,9 @@ def add_parser(sub: Any, default: str) -> None:
     parser.add_argument("target", nargs="?", metavar="HOST[/SERVER]",
                         help="only this host, or one server of it")  # fmt: skip
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
+    parser.add_argument("--bench-results", metavar="DIR", default=BENCH_RESULTS,
+                        help="where fleet bench archived its runs: a healthy server with a run "
+                        f"there is measured again and compared with it (default {BENCH_RESULTS})")
+    parser.add_argument("--no-bench", action="store_true",
+                        help="skip the slow check (send no requests)")
     parser.set_defaults(func=cmd_doctor, default_fleet=default)

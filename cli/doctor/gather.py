@@ -24,16 +24,21 @@ from typing import Any
 
 from pyinfra.api import Config, Inventory, State
 
-from cli.drift.gather import _plan_or_error
+from cli.bench.plan import choose_servers, sharing_groups
+from cli.doctor.benchcheck import BENCH_RESULTS, last_baseline, measure
+from cli.drift.gather import plan_or_error
 from cli.models import INSTALLER
 from cli.remote import REQUEST_COMMAND
 from facts.doctor import (
+    BusyProcesses,
     Completion,
+    CpuLoad,
     CudaDriverVersion,
     DiskSpace,
     GpuFreeMemory,
     HttpStatus,
     ListeningSockets,
+    MountOf,
     ProcessOwners,
     ReadableAs,
     UnitJournal,
@@ -49,6 +54,7 @@ from fleet.load import load_fleet
 from fleet.paths import cache_dir, model_path, runtime_path, state_home
 from fleet.plan import plan_fleet
 from fleet.secrets import read_secret
+from fleet.slowness import slowdown
 from fleet.spec import Fleet, SecretRef
 
 #: Shared memory: vLLM's processes exchange tensors and messages through it (~400 MiB).
@@ -78,12 +84,15 @@ def _targets(only: str | None) -> tuple[str | None, str | None]:
 
 
 def gather_fleet(path: str, only: str | None = None,
-                 progress: Callable[[str], None] | None = None) -> list[Evidence]:
+                 progress: Callable[[str], None] | None = None,
+                 bench_dir: str | None = BENCH_RESULTS) -> list[Evidence]:
     """Evidence for every server of a fleet file (or of ``HOST`` / ``HOST/SERVER``).
 
     + path: the fleet file
     + only: ``HOST`` or ``HOST/SERVER``, None for all
     + progress: called with each host's name before it is contacted
+    + bench_dir: where ``fleet bench`` archived its runs; a healthy server with a run there is
+      measured again and compared with it (None: no slow check)
     """
     fleet = load_fleet(path, capacity=False)
     want_host, want_server = _targets(only)
@@ -99,7 +108,7 @@ def gather_fleet(path: str, only: str | None = None,
         if want_server and want_server not in host.servers:
             raise KeyError(f"no server {want_server!r} on host {name} "
                            f"(servers: {', '.join(host.servers) or 'none'})")  # fmt: skip
-        data, plan, error = _plan_or_error(fleet, name, path)
+        data, plan, error = plan_or_error(fleet, name, path)
         if error or data is None or plan is None:
             results += [Evidence(name, s, error=error) for s in host.servers
                         if not want_server or s == want_server]  # fmt: skip
@@ -115,7 +124,10 @@ def gather_fleet(path: str, only: str | None = None,
                 progress(name)
             servers = [s for s in plan.servers if not want_server or s.name == want_server]
             base = {s.name: _base(fleet, name, s, plans, plan) for s in servers}
-            results += _host(inventory.get_host(name), plan, servers, base, secrets)
+            for ev in base.values():
+                ev.neighbours = _neighbours(fleet, path, name, ev.server)
+            check = _slow_check(path, bench_dir) if bench_dir else None
+            results += _host(inventory.get_host(name), plan, servers, base, secrets, check)
     return results
 
 
@@ -129,8 +141,49 @@ def _base(fleet: Fleet, host: str, unit: ServerUnit, plans: dict, plan: HostPlan
     )  # fmt: skip
 
 
+def _neighbours(fleet: Fleet, path: str, host: str, server: str) -> list[str]:
+    """The fleet's other servers sharing a GPU (or a cpu host's cores) with this one."""
+    for group in sharing_groups(choose_servers(fleet, host, None, path)):
+        names = [c.server for c in group]
+        if server in names:
+            return [n for n in names if n != server]
+    return []
+
+
+Check = Callable[[Any, HostPlan, ServerUnit, Evidence], None]
+
+
+def _slow_check(path: str, bench_dir: str) -> Check:
+    """The slow check of a healthy server: its last bench run, the same measured now, and
+    the facts of the slow tree where it is clearly slower."""
+
+    def check(host: Any, plan: HostPlan, unit: ServerUnit, ev: Evidence) -> None:
+        baseline = last_baseline(bench_dir, f"{ev.host}/{ev.server}")
+        if baseline is None:
+            return
+        ev.bench = {"baseline": baseline, **measure(path, f"{ev.host}/{ev.server}", baseline)}
+        if not ev.bench.get("fresh") or not slowdown(baseline, ev.bench["fresh"]):
+            return
+        ev.cpu_load, _ = _fact(host, CpuLoad)
+        busy, _ = _fact(host, BusyProcesses)
+        ev.busy_processes = [{**p, "own": f"/{unit.unit}" in p.get("cgroup", "")}
+                             for p in busy or []]  # fmt: skip
+        mount, _ = _fact(host, MountOf, path=ev.model_path or "/")
+        ev.model_fstype, ev.model_mount = (mount or {}).get("fstype"), (mount or {}).get("target")
+        main_pid = ev.unit.get("MainPID", "0")
+        ev.own_pids = [int(main_pid)] if main_pid.isdigit() and main_pid != "0" else []
+        if plan.stack.nvidia:
+            facts = _host_facts(host, plan)
+            wanted = set(_server_gpus(ev))
+            ev.host_gpus = facts.get("gpus", [])
+            ev.gpus = [g for g in ev.host_gpus if g["index"] in wanted]
+            ev.gpu_apps = facts.get("gpu_apps", [])
+
+    return check
+
+
 def _host(host: Any, plan: HostPlan, servers: list[ServerUnit], base: dict[str, Evidence],
-          secrets: list[str]) -> list[Evidence]:
+          secrets: list[str], check: Check | None = None) -> list[Evidence]:
     """One host's evidence; a failure to connect is every server's ``error``."""
     try:
         host.connect(raise_exceptions=True, show_errors=False)
@@ -140,7 +193,7 @@ def _host(host: Any, plan: HostPlan, servers: list[ServerUnit], base: dict[str, 
             ev.error = f"host unreachable: {message}"
         return list(base.values())
     try:
-        return _read(host, plan, servers, base, secrets)
+        return _read(host, plan, servers, base, secrets, check)
     finally:
         if host.connected:
             host.disconnect()
@@ -155,7 +208,7 @@ def _fact(host: Any, fact: Any, **kwargs: Any) -> tuple[Any, str | None]:
 
 
 def _read(host: Any, plan: HostPlan, servers: list[ServerUnit], base: dict[str, Evidence],
-          secrets: list[str]) -> list[Evidence]:
+          secrets: list[str], check: Check | None = None) -> list[Evidence]:
     status, error = _fact(host, UnitStatus, units=[s.unit for s in servers])
     status = status or {}
     host_facts: dict[str, Any] | None = None
@@ -177,6 +230,8 @@ def _read(host: Any, plan: HostPlan, servers: list[ServerUnit], base: dict[str, 
             answer = answer or {"ok": False, "error": why}
             ev.ready, ev.ready_error = answer["ok"], answer.get("error")
         if ev.healthy:
+            if check is not None:
+                check(host, plan, unit, ev)
             continue
         if host_facts is None:
             host_facts = _host_facts(host, plan)

@@ -89,9 +89,14 @@ def gather(pyinfra_host: Any, plan: HostPlan) -> dict[str, Any]:
     return facts
 
 
-def _plan_or_error(fleet: Any, name: str, path: str) -> tuple[dict | None, HostPlan | None, str]:
+def plan_or_error(fleet: Any, name: str, path: str) -> tuple[dict | None, HostPlan | None, str]:
     """(connection data, plan, error) of one host; secrets that are missing here only blank
-    the comparison of that server's environment file."""
+    the comparison of that server's environment file (``fleet drift`` and ``fleet doctor``).
+
+    Example:
+        data, plan, error = plan_or_error(load_fleet(path), "box", path)
+        # → ({"ssh_hostname": …}, HostPlan(…), "") or (None, None, "hosts.box.ssh: …")
+    """
     missing: list[str] = []
     # A stand-in that no real secret equals and every env-file quoting carries.
     marker = f"vllm-fleet-secret-not-here-{secrets.token_hex(8)}"
@@ -131,7 +136,7 @@ def drift(path: str, only: str | None = None,
     for name in fleet.hosts:
         if only and name != only:
             continue
-        data, plan, error = _plan_or_error(fleet, name, path)
+        data, plan, error = plan_or_error(fleet, name, path)
         if error or data is None or plan is None:
             results[name] = [Row(name, "reachable", "yes", error, ERROR)]
             continue

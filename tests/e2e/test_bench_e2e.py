@@ -6,13 +6,17 @@ that no module's server inherits another's saved configuration), then runs one s
 with the fleet's API key, and one step through an SSH local port forward over the host's sshd.
 Then ``fleet bench --plan`` with a plan file on the whole host (baseline of 3, ladder 1, 2, a
 6-second soak; stage 3 has nothing to share with), checking its run directory, the unit's memory
-sampled over SSH, and ``--compare`` of the run with itself (about 10 s more).
+sampled over SSH, and ``--compare`` of the run with itself (about 10 s more). Last, a second
+server ``bench-b`` (port 18301) joins ``bench`` on the host, each bound to a core of its own, and
+a plan with stage 3 loads both alone and then at once: what sharing the host's 2 cores costs each.
 """
 
 from __future__ import annotations
 
 import csv
 import json
+import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -30,18 +34,7 @@ API_KEY = "bench-e2e-5b8d2e"
 ENV = {"FLEET_BENCH_E2E_KEY": API_KEY}
 OUTPUT_LEN = 16
 
-FLEET = f"""\
-version: 1
-defaults:
-  vllm: {{version: "0.32.0", variant: cpu, cpu_kvcache_space_gib: 1}}
-models:
-  tiny-llama:
-    url: "{e2e.TESTMODEL_URL}"
-    sha256: "{e2e.TESTMODEL_SHA}"
-hosts:
-  {HOST}:
-    address: sandbox
-    servers:
+FLEET = e2e.fleet_header(HOST) + f"""\
       bench:
         model: tiny-llama
         port: {SERVER_PORT}
@@ -264,3 +257,72 @@ def test_stopped_server_shows_as_down(deployed: Path, ladder) -> None:
     (row,) = report["servers"]
     assert (row["health"], row["state"]) == ("down", "inactive (dead)")
     assert row["running"] is None  # nothing answered /metrics
+
+
+# --- the plan's mixed stage: two real vLLMs sharing the host's cores (last: it adds a server) --
+
+#: A second server beside ``bench``: the plan groups the servers of a cpu host (they share its
+#: cores). Each binds its OpenMP threads to a core of its own (two ``auto`` would bind the same).
+BIND_0 = '        env: {VLLM_CPU_OMP_THREADS_BIND: "0"}\n        args:'
+PAIR = FLEET.replace("        args:", BIND_0) + f"""\
+      bench-b:
+        model: tiny-llama
+        port: {e2e.BENCH_PORT_B}
+        served_model_name: tiny-bench-b
+        api_key: {{env: FLEET_BENCH_E2E_KEY}}
+        env: {{VLLM_CPU_OMP_THREADS_BIND: "1"}}
+        args: {{max-model-len: 512, max-num-seqs: 4, enforce-eager: true}}
+"""
+#: Every stage, short: the run directory is the report attached to docs/bench.md.
+MIXED_PLAN = """\
+stages: [baseline, ladder, soak, mixed]
+baseline: {requests: 3}
+ladder: {concurrency: "1,2", requests: 4}
+soak: {duration: 4s, windows: 4}
+mixed: {duration: 5s, concurrency: 2}
+"""
+
+
+@pytest.fixture(scope="module")
+def mixed_run(deployed: Path, tmp_path_factory: pytest.TempPathFactory):
+    """Both servers deployed, then the plan on the whole host: stage 3 loads them at once."""
+    root = tmp_path_factory.mktemp("mixed")
+    fleet = root / "fleet.yaml"
+    fleet.write_text(PAIR)
+    result = e2e.deploy(fleet, ENV)
+    assert result.returncode == 0, e2e.output(result)[-4000:]
+    (root / "plan.yaml").write_text(MIXED_PLAN)
+    out = root / "run"
+    result = e2e.run([sys.executable, "-m", "cli.main", "bench", str(fleet), "--plan",
+                      str(root / "plan.yaml"), "--server", HOST, "--input-len", "32",
+                      "--output-len", str(OUTPUT_LEN), "--out", str(out), "--no-progress",
+                      "--sample-interval", "0.5"], fleet, ENV, timeout=300)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    return result, out, json.loads((out / "results.json").read_text())
+
+
+def test_mixed_stage_loads_two_real_servers_at_once(mixed_run) -> None:
+    result, out, results = mixed_run
+    names = [f"{HOST}/bench", f"{HOST}/bench-b"]
+    assert list(results["servers"]) == names
+    (group,) = results["mixed"]
+    assert group["servers"] == names and group["shares"] == f"the CPU cores of cpu host {HOST}"
+    assert group["loads"] == {name: 2 for name in names}
+    for name in names:
+        solo, shared = group["solo"][name], group["shared"][name]
+        assert solo["ok"] > 0 and shared["ok"] > 0 and solo["failed"] == shared["failed"] == 0
+        cost = group["cost"][name]
+        assert cost["ttft_p50"] == pytest.approx(
+            shared["ttft_ms"]["p50"] / solo["ttft_ms"]["p50"])
+        assert cost["output_tokens_per_s"] == pytest.approx(
+            shared["output_tokens_per_s"] / solo["output_tokens_per_s"])
+    rows = list(csv.DictReader((out / "mixed.csv").open()))
+    assert [r["server"] for r in rows] == names
+    assert (out / "mixed-1.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    report = (out / "report.md").read_text()
+    assert report.index("### Stage 1") < report.index("### Stage 2") < report.index("## Stage 3")
+    assert "(mixed-1.png)" in report
+    assert API_KEY not in report + result.stdout + result.stderr
+    record = os.environ.get("FLEET_BENCH_RECORD")
+    if record:  # docs/bench-plan-example/, the report attached to docs/bench.md
+        shutil.copytree(out, record, dirs_exist_ok=True)

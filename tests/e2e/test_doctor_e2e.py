@@ -13,7 +13,10 @@ after). Each fault is undone before the next.
 from __future__ import annotations
 
 import json
+import os
 import shlex
+import shutil
+import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -33,19 +36,9 @@ ENV = {"FLEET_DOCTOR_E2E_KEY": API_KEY}
 DROPIN_DIR = f"/run/systemd/system/{UNIT}.d"
 DROPIN = f"{DROPIN_DIR}/50-doctor-fault.conf"
 MODEL = "/var/lib/vllm-fleet/models/tiny-llama"
+CACHE = "/var/cache/vllm-fleet/servers/doc"
 
-FLEET = f"""\
-version: 1
-defaults:
-  vllm: {{version: "0.32.0", variant: cpu, cpu_kvcache_space_gib: 1}}
-models:
-  tiny-llama:
-    url: "{e2e.TESTMODEL_URL}"
-    sha256: "{e2e.TESTMODEL_SHA}"
-hosts:
-  {HOST}:
-    address: sandbox
-    servers:
+FLEET = e2e.fleet_header(HOST) + f"""\
       doc:
         model: tiny-llama
         port: {PORT}
@@ -153,7 +146,8 @@ def undo() -> Iterator[None]:
     on_host(f"rm -f {DROPIN}; systemctl daemon-reload; "
             f"chmod 0644 $(readlink -f {MODEL}/config.json); "
             "mountpoint -q /dev/shm && grep -q ' /dev/shm tmpfs .*size=256k' /proc/mounts "
-            "&& umount /dev/shm; true")
+            f"&& umount /dev/shm; grep -q ' {CACHE} tmpfs ' /proc/mounts && umount {CACHE}; "
+            "true")
     stop()
 
 
@@ -172,6 +166,45 @@ def test_an_unreachable_host_is_reported_and_the_report_goes_on(fleet: Path, tmp
     assert server(report)["status"] == "ok"
     gone = server(report, "gone")
     assert gone["status"] == "unknown" and "unreachable" in gone["cause"]
+
+
+def test_slower_than_its_last_bench(fleet: Path, tmp_path: Path) -> None:
+    """A real baseline (the plan's stage 0, archived as ``fleet bench`` archives it), then the
+    same server with a neighbour's load: 16 long requests at once against max-num-seqs 4."""
+    runs = tmp_path / "bench-results"
+    shape = ["--input-len", "32", "--output-len", "16", "--no-progress"]
+    base = e2e.fleet_cli(fleet, "bench", str(fleet), "--plan", "--server", f"{HOST}/doc",
+                         "--stages", "0", *shape, "--out", str(runs / "plan-base"), env=ENV,
+                         timeout=120)  # fmt: skip
+    assert base.returncode == 0, e2e.output(base)[-3000:]
+    status, report, text = doctor(fleet, f"{HOST}/doc", "--bench-results", str(runs))
+    assert status == 0, text[-3000:]
+    assert "its last bench" in server(report)["state"], server(report)
+    noise = subprocess.Popen(
+        [str(e2e.BIN / "fleet"), "bench", str(fleet), "--server", f"{HOST}/doc",
+         "--concurrency", "16", "--warmup", "0", "--duration", "90", "--input-len", "32",
+         "--output-len", "400", "--no-progress", "--no-metrics", "--out", str(tmp_path / "n")],
+        cwd=e2e.ROOT, env={**os.environ, **ENV}, stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL)  # fmt: skip
+    try:
+        time.sleep(5)
+        status, report, text = doctor(fleet, f"{HOST}/doc", "--bench-results", str(runs))
+    finally:
+        noise.terminate()
+        noise.wait(30)
+    doc = server(report)
+    record = os.environ.get("FLEET_DOCTOR_RECORD")
+    if record:  # the recorded runs of tests/unit/fleet/test_slowness.py
+        shutil.copytree(runs / "plan-base", Path(record) / "plan-base", dirs_exist_ok=True)
+        (Path(record) / "doctor-slow.json").write_text(json.dumps(report, indent=1))
+    said = json.dumps(doc, indent=1)[:6000]
+    assert status == 2, text[-3000:]
+    assert doc["signature"] == "slower-than-bench", said
+    assert doc["cause"].startswith("slower than its last bench: TTFT P50"), said
+    assert "requests wait in the server's queue" in doc["cause"], said
+    assert any("max-num-seqs 4 reached" in line for line in doc["evidence"]), said
+    assert f"raise max-num-seqs (now 4) in hosts.{HOST}.servers.doc.args" in doc["fix"], said
+    assert doc["bench"]["baseline"]["run"] == str(runs / "plan-base")
 
 
 def test_port_taken_by_another_user_in_a_restart_loop(fleet: Path, undo) -> None:
@@ -249,3 +282,20 @@ def test_a_full_shared_memory(fleet: Path, undo) -> None:
     assert status == 2, text[-3000:]
     assert doc["signature"] == "disk-full", doc
     assert any(line.startswith("/dev/shm: ") for line in doc["evidence"]), doc
+
+
+def test_a_full_cache_file_system(fleet: Path, undo) -> None:
+    """The server's cache folder (TMPDIR, vLLM's and torch's caches) on a file system with no
+    byte and no inode left, as a full /var is: the unit cannot even set up its folders."""
+    stop()
+    on_host(f"mkdir -p {CACHE} && mount -t tmpfs -o size=256k,nr_inodes=16,mode=0755 tmpfs "
+            f"{CACHE} && dd if=/dev/zero of={CACHE}/fill bs=4k count=64 2>/dev/null; "
+            f"for i in $(seq 1 32); do touch {CACHE}/f$i 2>/dev/null; done; true")
+    start_failing("No space left|Errno 28", timeout=150)
+    status, report, text = doctor(fleet, f"{HOST}/doc")
+    doc = server(report)
+    assert status == 2, text[-3000:]
+    assert doc["signature"] == "disk-full", doc
+    assert doc["cause"].startswith(f"{CACHE} is full"), doc
+    assert any("No space left on device" in line for line in doc["evidence"]), doc
+    assert any(line.startswith(f"{CACHE}: 0.0 MiB free of ") for line in doc["evidence"]), doc

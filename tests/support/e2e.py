@@ -33,6 +33,8 @@ VLLM_HOST = "e2e-vllm"
 LIFECYCLE_PORT = 18100
 ALPHA_PORT, BETA_PORT = 18200, 18201
 BENCH_PORT = 18300
+#: The bench module's second server, for the plan's mixed stage (two servers on one host).
+BENCH_PORT_B = 18301
 #: Port blocks of the areas that came later, 20 each, declared on both shared hosts:
 #: endpoints and routers, multi-node groups, monitoring (Prometheus, exporters), fleet doctor.
 ENDPOINT_PORTS = list(range(18400, 18420))
@@ -40,7 +42,7 @@ MULTINODE_PORTS = list(range(18500, 18520))
 MONITORING_PORTS = list(range(18600, 18620))
 DOCTOR_PORTS = list(range(18700, 18720))
 VLLM_HOST_PORTS = [
-    LIFECYCLE_PORT, ALPHA_PORT, BETA_PORT, BENCH_PORT,
+    LIFECYCLE_PORT, ALPHA_PORT, BETA_PORT, BENCH_PORT, BENCH_PORT_B,
     *ENDPOINT_PORTS, *MULTINODE_PORTS, *MONITORING_PORTS, *DOCTOR_PORTS,
 ]  # fmt: skip
 #: The second shared host, for what needs two (replicas behind a router, a group across
@@ -161,3 +163,27 @@ def prune_other_models(fleet: Path, env: dict[str, str] | None = None) -> None:
     """
     result = fleet_cli(fleet, "models", "prune", "--yes", "--fleet", str(fleet), env=env)
     assert result.returncode == 0, output(result)[-4000:]
+
+
+def fleet_header(host: str = VLLM_HOST) -> str:
+    """The start of an e2e fleet file: the CPU vLLM 0.32 defaults with a 1 GiB KV cache, the
+    committed tiny model, and one sandbox host up to its ``servers:`` key (a module's servers
+    follow, indented by 6).
+
+    Example:
+        >>> fleet_header("h").splitlines()[-3:]
+        ['  h:', '    address: sandbox', '    servers:']
+    """
+    return f"""\
+version: 1
+defaults:
+  vllm: {{version: "0.32.0", variant: cpu, cpu_kvcache_space_gib: 1}}
+models:
+  tiny-llama:
+    url: "{TESTMODEL_URL}"
+    sha256: "{TESTMODEL_SHA}"
+hosts:
+  {host}:
+    address: sandbox
+    servers:
+"""

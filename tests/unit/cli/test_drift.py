@@ -26,7 +26,7 @@ from cli.drift.compare import (
     exit_status,
     sha256_text,
 )
-from cli.drift.gather import _plan_or_error, drift
+from cli.drift.gather import drift, plan_or_error
 from fleet.hostplan import HostPlan
 from fleet.load import load_fleet
 from fleet.render import host_plan
@@ -237,7 +237,7 @@ def test_drift_blanks_the_env_file_whose_secret_is_missing_here(
     monkeypatch.delenv("FLEET_TEST_DRIFT_KEY", raising=False)
     path = tmp_path / "fleet.yaml"
     path.write_text(FLEET)
-    data, plan, error = _plan_or_error(load_fleet(path), "hgx-1", str(path))
+    data, plan, error = plan_or_error(load_fleet(path), "hgx-1", str(path))
     assert (error, data["ssh_hostname"]) == ("", "10.0.0.5")
     assert plan is not None and plan.servers[0].env_text is None
     assert plan.servers[0].unit_text.startswith("# Managed by vllm-fleet")
@@ -249,7 +249,7 @@ def test_drift_keeps_the_env_file_whose_secret_is_here(
     monkeypatch.setenv("FLEET_TEST_DRIFT_KEY", "s3cret")
     path = tmp_path / "fleet.yaml"
     path.write_text(FLEET)
-    _, plan, _ = _plan_or_error(load_fleet(path), "hgx-1", str(path))
+    _, plan, _ = plan_or_error(load_fleet(path), "hgx-1", str(path))
     assert plan is not None and plan.servers[0].env_text is not None
     [key] = [line for line in plan.servers[0].env_text.splitlines() if "VLLM_API_KEY" in line]
     assert "s3cret" in key

@@ -1,0 +1,153 @@
+"""``fleet doctor``'s slow check: a server's last archived bench run, and the same measured now.
+
+``fleet bench`` and ``fleet bench --plan`` archive every run in a folder of its own under
+``bench-results/`` (``bench.json`` and ``results.json``). :func:`last_baseline` finds the
+newest run that measured a server and takes its single-request figures (the plan's stage 0,
+or a bench step at concurrency 1) with the prompt shape they were measured at;
+:func:`measure` sends a few single requests of that shape now, with the bench's own runner
+(warm-up, /metrics difference, GPU samples), and reads the server's own TTFT histogram since
+its start, and its gauges just after. Requests are all it sends: nothing on the host changes.
+
+Example:
+    >>> import json, tempfile
+    >>> root = Path(tempfile.mkdtemp())
+    >>> (root / "plan-1").mkdir()
+    >>> _ = (root / "plan-1" / "results.json").write_text(json.dumps({
+    ...     "tool": "fleet bench --plan", "started": "2026-12-01 09:00:00 UTC",
+    ...     "config": {"api": "completions", "input_len": 32, "output_len": 16},
+    ...     "servers": {"box/chat": {"baseline": {"concurrency": 1, "ok": 5,
+    ...                                           "ttft_ms": {"p50": 6.7}}}}}))
+    >>> b = last_baseline(root, "box/chat")
+    >>> b["ttft_ms"], b["input_len"], b["run"].endswith("plan-1")
+    ({'p50': 6.7}, 32, True)
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+from cli.bench import report as reports
+from cli.bench import servermetrics
+from cli.bench.command import BenchError, resolve_target
+from cli.bench.prompts import PromptError, load_jsonl, synthetic_prompts
+from cli.bench.runner import Options, Runner, Step, Target, server_tokenizer
+
+#: Where ``fleet bench`` archives its runs unless told otherwise (``--out``).
+BENCH_RESULTS = "bench-results"
+#: Single requests of the fresh measurement (after one warm-up).
+REQUESTS = 5
+#: Seconds one of them may take.
+TIMEOUT = 120.0
+
+
+def _runs(root: Path) -> list[tuple[float, Path, dict[str, Any]]]:
+    """Every readable run under ``root``, newest first (by its file's time)."""
+    runs = []
+    for path in [*root.glob("*/results.json"), *root.glob("*/bench.json")]:
+        try:
+            runs.append((path.stat().st_mtime, path, json.loads(path.read_text())))
+        except (OSError, ValueError):
+            continue
+    return sorted(runs, key=lambda r: r[0], reverse=True)
+
+
+def _single(data: dict[str, Any], name: str) -> dict[str, Any] | None:
+    """A run's single-request step of server ``name``, or None."""
+    if "servers" in data:
+        server = (data.get("servers") or {}).get(name) or {}
+        if server.get("baseline"):
+            return server["baseline"]
+        steps = (server.get("ladder") or {}).get("steps", [])
+    else:
+        if (data.get("target") or {}).get("name") != name:
+            return None
+        steps = data.get("steps", [])
+    return next((s for s in steps if s.get("concurrency") == 1 and s.get("ok")), None)
+
+
+def last_baseline(root: str | Path, name: str) -> dict[str, Any] | None:
+    """The newest archived single-request figures of server ``name`` (``HOST/SERVER``).
+
+    + root: the folder of bench runs (``bench-results``)
+
+    Returns the step's figures with ``run`` (its folder), ``started``, ``api``, ``input_len``,
+    ``output_len``, ``prompts``, ``fixed_output`` and ``seed``; None when no run measured it.
+    """
+    for mtime, path, data in _runs(Path(root)):
+        step = _single(data, name)
+        if step is None or not step.get("ok"):
+            continue
+        config = data.get("config") or {}
+        return {**step, "run": str(path.parent), "started": data.get("started")
+                or time.strftime("%Y-%m-%d %H:%M:%S %Z", time.localtime(mtime)),
+                "api": config.get("api") or (data.get("target") or {}).get("api")
+                or "completions",
+                "input_len": config.get("input_len"), "output_len": config.get("output_len"),
+                "prompts": config.get("prompts", "synthetic"),
+                "fixed_output": config.get("fixed_output", True),
+                "seed": config.get("seed", 0)}  # fmt: skip
+    return None
+
+
+def _prompts(baseline: dict[str, Any], target: Target) -> list[Any]:
+    source = baseline.get("prompts") or "synthetic"
+    output_len = int(baseline.get("output_len") or 64)
+    if source != "synthetic":
+        if not Path(source).is_file():
+            raise BenchError(f"its last bench used the prompts of {source}, which is not here")
+        return load_jsonl(source, output_len)
+    tokenizer = server_tokenizer(target)
+    return synthetic_prompts(16, int(baseline.get("input_len") or 128), output_len,
+                             int(baseline.get("seed") or 0), *(tokenizer or ()))  # fmt: skip
+
+
+def server_now(base_url: str, model: str | None) -> dict[str, Any]:
+    """The server's ``/metrics`` now: its own TTFT since its start (``ttft``: P50, P99, count;
+    seconds) and its gauges (``gauges``: running and waiting requests, KV cache usage)."""
+    try:
+        with urllib.request.urlopen(base_url.rstrip("/") + "/metrics", timeout=10) as reply:
+            scrape = servermetrics.parse_prometheus(reply.read().decode())
+    except (OSError, ValueError):
+        return {}
+    buckets = scrape.buckets(servermetrics.HISTOGRAMS["ttft"], model)
+    ttft = None
+    if buckets and buckets[-1][1] > 0:
+        ttft = {"count": buckets[-1][1],
+                "p50": servermetrics.histogram_quantile(0.5, buckets),
+                "p99": servermetrics.histogram_quantile(0.99, buckets)}  # fmt: skip
+    return {"ttft": ttft, "gauges": servermetrics.gauge_values(scrape, model)}
+
+
+def measure(fleet_path: str, name: str, baseline: dict[str, Any],
+            requests: int = REQUESTS) -> dict[str, Any]:
+    """The baseline's single requests, sent now: ``{"fresh": figures, "metrics_ttft": …,
+    "metrics_gauges": …}``, or ``{"error": why}``.
+
+    + fleet_path, name: the fleet file and ``HOST/SERVER`` (reached as ``fleet bench
+      --server`` reaches it: directly on sandbox hosts, else through an SSH port forward)
+    """
+    args = argparse.Namespace(url=None, fleet=fleet_path, server=name, tunnel="auto",
+                              sample_interval=0.5, api_key_env=None, model=None)  # fmt: skip
+    try:
+        with resolve_target(args) as resolved:
+            target = Target(resolved.base_url, resolved.model or "", baseline["api"],
+                            resolved.api_key, resolved.name)  # fmt: skip
+            prompts = _prompts(baseline, target)
+            options = Options(timeout=TIMEOUT, fixed_output=bool(baseline["fixed_output"]),
+                              sample_interval=0.5)  # fmt: skip
+            runner = Runner(target, prompts, options, gpu_argv=resolved.gpu_argv)
+            step = Step(concurrency=1, requests=requests, warmup=1)
+            fresh = reports.step_report(asyncio.run(runner.run([step]))[0])
+            now = server_now(target.base_url, target.model or None)
+    except (BenchError, PromptError, OSError, ValueError) as error:
+        return {"error": " ".join(str(error).split())[:300]}
+    if not fresh["ok"]:
+        return {"error": f"none of {fresh['requests']} requests succeeded: "
+                         f"{fresh['errors']}"}  # fmt: skip
+    return {"fresh": fresh, "metrics_ttft": now.get("ttft"), "metrics_gauges": now.get("gauges")}
