@@ -101,6 +101,9 @@ def cmd_render(args: argparse.Namespace) -> int:
             out.print(server.unit_text, markup=False, soft_wrap=True)
             out.rule(f"{name}: {server.env_path} (0600)")
             out.print(server.env_text, markup=False, soft_wrap=True)
+        for router in plan.routers:
+            out.rule(f"{name}: {router.unit_path} (endpoint {router.endpoint})")
+            out.print(router.unit_text, markup=False, soft_wrap=True)
     return 0
 
 

@@ -20,6 +20,7 @@ from collections.abc import Iterator
 
 from fleet import gpus as gpu_table
 from fleet import releases
+from fleet.endpoints import endpoint_problems
 from fleet.flags import flag_problems, flag_warnings
 from fleet.plan import chunked_prefill, plan_fleet, utilization
 from fleet.problems import Finding, suggest
@@ -46,6 +47,7 @@ def check_fleet(fleet: Fleet) -> Iterator[Finding]:
                     )
                 else:
                     sandbox_ports[server.port] = (name, server_name)
+    yield from endpoint_problems(fleet)
 
 
 def _check_host(fleet: Fleet, name: str, host: Host) -> Iterator[Finding]:

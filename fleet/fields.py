@@ -238,3 +238,44 @@ WheelRef = Annotated[str, AfterValidator(_wheel)]
 HfRepo = Annotated[str, AfterValidator(_hf_repo)]
 OptionWord = Annotated[str, AfterValidator(option_word)]
 OneLine = Annotated[str, AfterValidator(_one_line)]
+
+
+_NAME = r"[a-z0-9][a-z0-9._-]{0,62}"
+
+
+def _replica_ref(value: str) -> str:
+    """``host/server``: a server of the fleet by its host's and its own name.
+
+    Example:
+        >>> _replica_ref("gpu-01/chat")
+        'gpu-01/chat'
+    """
+    refuse_control(value, "a replica")
+    if not re.fullmatch(rf"{_NAME}/{_NAME}", value):
+        raise ValueError(
+            f"{value!r} is not a replica: write HOST/SERVER, the names of a host and of one of "
+            "its servers (e.g. gpu-01/chat)"
+        )
+    return value
+
+
+def _bind_address(value: str) -> str:
+    """An IP address to bind (``0.0.0.0`` for every interface).
+
+    Example:
+        >>> _bind_address("0.0.0.0")
+        '0.0.0.0'
+    """
+    refuse_control(value, "an address")
+    try:
+        ipaddress.ip_address(value)
+    except ValueError:
+        raise ValueError(
+            f"{value!r} is not an IP address to bind: write 127.0.0.1 (this host only), "
+            "0.0.0.0 (every interface) or one of the host's addresses"
+        ) from None
+    return value
+
+
+ReplicaRef = Annotated[str, AfterValidator(_replica_ref)]
+BindAddress = Annotated[str, AfterValidator(_bind_address)]

@@ -168,3 +168,24 @@ def program_command(program: str, *args: str, python: str = "python3") -> list[s
 def cuda_home(version: str) -> str:
     """Where NVIDIA's toolkit package installs CUDA ``version``."""
     return f"/usr/local/cuda-{version}"
+
+
+# -- endpoints (routers in front of replicas) --------------------------------------------------
+#: The router's own venv (vllm-router, pinned), apart from vLLM's.
+ROUTER_VENV_DIR = "/opt/vllm-fleet/router-venv"
+
+
+def router_unit_name(endpoint: str) -> str:
+    """The systemd unit of an endpoint's router: ``tiny`` → ``vllm-fleet-router-tiny.service``
+    (``vllm-fleet-`` units are the tool's own: no server can be named so).
+
+    Example:
+        >>> router_unit_name("tiny")
+        'vllm-fleet-router-tiny.service'
+    """
+    return f"vllm-fleet-router-{endpoint}.service"
+
+
+def router_unit_path(endpoint: str) -> str:
+    """Where an endpoint's router unit is written."""
+    return f"{UNIT_DIR}/{router_unit_name(endpoint)}"

@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from fleet.checks import deploy_refusal
+from fleet.endpoints import replica_rollout, router_units
 from fleet.hostplan import HostPlan, ServerUnit
 from fleet.modelplan import model_plan
 from fleet.paths import (
@@ -222,6 +223,7 @@ def server_unit(fleet: Fleet, host_name: str, name: str,
         worker_hosts=tuple(server.worker_hosts),
         after=tuple(start_order(host)[name]),
         refusal=deploy_refusal(server),
+        rollout=replica_rollout(fleet, host_name, name),
     )
 
 
@@ -249,4 +251,5 @@ def host_plan(
         models=tuple(model_plan(name, fleet.models[name], secrets) for name in models),
         servers=tuple(server_unit(fleet, host_name, name, secrets) for name in host.servers),
         stack=stack_plan(host),
+        routers=router_units(fleet, host_name),
     )
