@@ -21,6 +21,7 @@ from pyinfra.operations.util import any_changed
 
 from deploys.plan import current_plan, upload_programs
 from fleet.paths import PREVIOUS_DIR, SERVICE_HOME, SERVICE_SHELL, previous_paths
+from operations.endpoints import replica_rolled
 from operations.services import (
     previous_saved,
     server_answers,
@@ -86,6 +87,7 @@ def services(
         "check_ready": "the readiness check",
         "restart_or_restore": "the restart-or-restore helper",
         "request": "the request program (fleet verify, fleet complete)",
+        "roll_replica": "the replica updater (rolling updates of endpoints)",
     })
     # The units run the health waiter (ExecStartPost): only its own files restart servers.
     _, wait_ops = uploaded["wait_healthy"]
@@ -145,13 +147,31 @@ def services(
             changed.append(limits_changed)
         if entry.model in models_changed:
             changed.append(models_changed[entry.model])
-        restart_op = server_restarted(
-            name=f"Restart {unit} (its configuration changed)",
-            unit=unit,
-            restore={entry.unit_path: saved_unit, entry.env_path: saved_env},
-            script=restarter,
-            _if=any_changed(*changed),
-        )
+        if entry.rollout is not None:
+            # A replica of an endpoint: out of its router, drained, restarted, back; pyinfra
+            # runs this on at most max_unavailable hosts at once.
+            restart_op = replica_rolled(
+                name=f"Roll {unit} through endpoint {entry.rollout.endpoint} "
+                "(its configuration changed)",
+                rollout=entry.rollout,
+                unit=unit,
+                port=entry.port,
+                served_name=entry.served_name,
+                env_file=entry.env_path,
+                restore={entry.unit_path: saved_unit, entry.env_path: saved_env},
+                roll_script=uploaded["roll_replica"][0],
+                router_script=uploaded["router_workers"][0],
+                _parallel=entry.rollout.max_unavailable,
+                _if=any_changed(*changed),
+            )
+        else:
+            restart_op = server_restarted(
+                name=f"Restart {unit} (its configuration changed)",
+                unit=unit,
+                restore={entry.unit_path: saved_unit, entry.env_path: saved_env},
+                script=restarter,
+                _if=any_changed(*changed),
+            )
         start_op = systemd.service(
             name=f"Enable and start {unit}",
             service=unit,

@@ -14,7 +14,7 @@ key, and the router never gets it (nothing secret in its unit or command line).
 Example:
     >>> from fleet.load import load_fleet
     >>> fleet = load_fleet("tests/data/valid/endpoint-two-replicas.yaml")
-    >>> [r.endpoint for r in router_units(fleet, "gpu-a")]
+    >>> [r.endpoint for r in router_units(fleet, "gpu-a", secrets=lambda ref: "k")]
     ['chat']
     >>> replica_rollout(fleet, "gpu-b", "chat-b").worker_url
     'http://10.0.0.12:8001'
@@ -23,14 +23,16 @@ Example:
 from __future__ import annotations
 
 import ipaddress
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from fleet.hostplan import ReplicaRollout, RouterUnit
-from fleet.paths import ROUTER_VENV_DIR, router_unit_name, router_unit_path
+from fleet.paths import ROUTER_VENV_DIR, router_env_path, router_unit_name, router_unit_path
 from fleet.problems import Finding, suggest
 from fleet.quoting import systemd_quote
-from fleet.spec import Endpoint, Fleet, Server
+from fleet.secrets import read_secret
+from fleet.spec import Endpoint, Fleet, SecretRef, Server
 from fleet.templating import template
+from hostside import envfile
 
 #: Addresses that only the host itself reaches.
 LOOPBACK = ("127.0.0.1", "::1", "localhost")
@@ -289,7 +291,9 @@ def render_router_unit(fleet: Fleet, name: str) -> str:
     )
 
 
-def router_units(fleet: Fleet, host_name: str) -> tuple[RouterUnit, ...]:
+def router_units(
+    fleet: Fleet, host_name: str, secrets: Callable[[SecretRef], str] = read_secret
+) -> tuple[RouterUnit, ...]:
     """The routers that run on ``host_name``, rendered, in file order."""
     units = []
     for name, endpoint in fleet.endpoints.items():
@@ -309,6 +313,12 @@ def router_units(fleet: Fleet, host_name: str) -> tuple[RouterUnit, ...]:
             port=router.port,
             url=local_url(router.bind, router.port),
             worker_urls=tuple(worker_url(fleet, host_name, ref) for ref in endpoint.replicas),
+            env_path=router_env_path(name),
+            env_text=envfile.dumps(
+                {"VLLM_API_KEY": secrets(router.api_key)} if router.api_key else {},
+                comment=f"Managed by vllm-fleet: the key of endpoint {name}, for checks through "
+                "its router (mode 0600; the router does not read it).",
+            ),
         ))  # fmt: skip
     return tuple(units)
 

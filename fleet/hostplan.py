@@ -368,6 +368,8 @@ class RouterUnit:
     + venv, requirement, version: the router's own venv and pinned release
     + bind, port, url: where it listens (url: as seen on its host)
     + worker_urls: the replicas, as the router reaches them
+    + env_path, env_text: a 0600 file with the endpoint's key, for the deploy's and
+      ``fleet verify``'s completions through the router (the router itself never reads it)
 
     Example:
         >>> r = RouterUnit("tiny", "tiny", "vllm-fleet-router-tiny.service", "/u", "[Unit]\\n",
@@ -389,3 +391,5 @@ class RouterUnit:
     port: int
     url: str
     worker_urls: tuple[str, ...]
+    env_path: str = ""
+    env_text: str | None = field(default=None, repr=False)

@@ -189,3 +189,14 @@ def router_unit_name(endpoint: str) -> str:
 def router_unit_path(endpoint: str) -> str:
     """Where an endpoint's router unit is written."""
     return f"{UNIT_DIR}/{router_unit_name(endpoint)}"
+
+
+def router_env_path(endpoint: str) -> str:
+    """The 0600 file with an endpoint's key on its router's host (read by the checks through
+    the router, never by the router): ``/etc/vllm-fleet/router-tiny.env``.
+
+    Example:
+        >>> router_env_path("tiny")
+        '/etc/vllm-fleet/router-tiny.env'
+    """
+    return f"{ENV_DIR}/router-{endpoint}.env"

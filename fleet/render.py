@@ -251,5 +251,5 @@ def host_plan(
         models=tuple(model_plan(name, fleet.models[name], secrets) for name in models),
         servers=tuple(server_unit(fleet, host_name, name, secrets) for name in host.servers),
         stack=stack_plan(host),
-        routers=router_units(fleet, host_name),
+        routers=router_units(fleet, host_name, secrets),
     )

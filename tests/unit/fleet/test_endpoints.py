@@ -15,18 +15,24 @@ VALID = ROOT / "tests" / "data" / "valid" / "endpoint-two-replicas.yaml"
 SECRET = "s3cret-router-key"
 
 
+def nokey(ref):
+    return ""
+
+
 @pytest.fixture(scope="module")
 def fleet():
     return load_fleet(VALID)
 
 
 def test_the_router_runs_only_on_its_host(fleet) -> None:
-    assert [r.unit for r in router_units(fleet, "gpu-a")] == ["vllm-fleet-router-chat.service"]
-    assert router_units(fleet, "gpu-b") == ()
+    assert [r.unit for r in router_units(fleet, "gpu-a", nokey)] == [
+        "vllm-fleet-router-chat.service"
+    ]
+    assert router_units(fleet, "gpu-b", nokey) == ()
 
 
 def test_the_router_lists_every_replica_as_it_reaches_it(fleet) -> None:
-    (router,) = router_units(fleet, "gpu-a")
+    (router,) = router_units(fleet, "gpu-a", nokey)
     assert router.worker_urls == ("http://127.0.0.1:8001", "http://10.0.0.12:8001")
     assert "--worker-urls http://127.0.0.1:8001 http://10.0.0.12:8001 " in router.unit_text
 
@@ -40,7 +46,7 @@ def test_the_key_never_reaches_the_router_unit(fleet) -> None:
 
 
 def test_the_router_pins_its_release(fleet) -> None:
-    (router,) = router_units(fleet, "gpu-a")
+    (router,) = router_units(fleet, "gpu-a", nokey)
     assert router.requirement == "vllm-router==0.1.17"
     assert router.venv == "/opt/vllm-fleet/router-venv"
 
