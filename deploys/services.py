@@ -20,7 +20,13 @@ from pyinfra.operations import files, server, systemd
 from pyinfra.operations.util import any_changed
 
 from deploys.plan import current_plan, upload_programs
-from fleet.paths import PREVIOUS_DIR, SERVICE_HOME, SERVICE_SHELL, previous_paths
+from fleet.paths import (
+    PREVIOUS_DIR,
+    SERVICE_HOME,
+    SERVICE_SHELL,
+    previous_paths,
+    remote_program,
+)
 from operations.endpoints import replica_rolled
 from operations.services import (
     previous_saved,
@@ -160,7 +166,8 @@ def services(
                 env_file=entry.env_path,
                 restore={entry.unit_path: saved_unit, entry.env_path: saved_env},
                 roll_script=uploaded["roll_replica"][0],
-                router_script=uploaded["router_workers"][0],
+                # On the router's host: uploaded there by deploys.endpoints.router_tools.
+                router_script=remote_program("router_workers"),
                 _parallel=entry.rollout.max_unavailable,
                 _if=any_changed(*changed),
             )
