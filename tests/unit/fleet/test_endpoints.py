@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -91,3 +93,17 @@ def test_sandbox_router_port_collides_across_hosts() -> None:
     text = SANDBOX.replace("port: 18400", "port: 18402")
     with pytest.raises(Exception, match="port 18402 is already used by server b/r2"):
         load_text(text, "sandbox.yaml")
+
+
+def test_the_router_unit_scores_2_or_less_in_systemd_analyze(fleet, tmp_path) -> None:
+    """systemd's own judgement of the rendered unit (offline: the e2e test asks it on a host)."""
+    (router,) = router_units(fleet, "gpu-a", nokey)
+    path = tmp_path / router.unit
+    path.write_text(router.unit_text)
+    result = subprocess.run(
+        ["systemd-analyze", "security", "--offline=yes", str(path)],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    score = re.search(r"Overall exposure level for \S+: ([0-9.]+)", result.stdout)
+    assert score, result.stdout + result.stderr
+    assert float(score.group(1)) <= 2.0
