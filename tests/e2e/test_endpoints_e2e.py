@@ -319,3 +319,12 @@ def test_last_deploy_changes_nothing(router_restarted) -> None:
     _, again, _ = router_restarted
     assert again.returncode == 0, output(again)[-5000:]
     assert changes(output(again)) == 0, output(again)[-5000:]
+
+
+def test_fleet_verify_checks_the_router(router_restarted, tmp_path: Path) -> None:
+    """``fleet verify``'s router checks against the deployed endpoint (release, unit, port,
+    user, /health, every replica healthy, a completion through it)."""
+    fleet = write_fleet(tmp_path / "fleet.yaml", seqs=3, policy="power_of_two")
+    result = e2e.fleet_cli(fleet, "verify", str(fleet), "-k", "router", "-q", env=ENV)
+    assert result.returncode == 0, output(result)[-5000:]
+    assert "8 passed" in output(result), output(result)[-3000:]
