@@ -46,7 +46,9 @@ def router_tools() -> None:
     """Upload the router's worker control to a router's host before any replica rolls (the
     rolling updates run it there, and the servers' deploy comes before the routers')."""
     if current_plan().routers:
-        upload_programs({"router_workers": "the router's worker control (rolling updates)"})
+        # Uploaded as the replica updater's module, as the servers' deploy does: one mode for
+        # router_workers.py on every host (two uploads with two modes changed it every run).
+        upload_programs({"roll_replica": "the replica updater (rolling updates of endpoints)"})
 
 
 @deploy("Endpoint routers")
@@ -82,7 +84,7 @@ def routers() -> None:
     uploaded = upload_programs({
         "check_ready": "the readiness check",
         "restart_or_restore": "the restart-or-restore helper",
-        "router_workers": "the router's worker control (rolling updates)",
+        "roll_replica": "the replica updater (rolling updates of endpoints)",
         "request": "the request program (fleet verify, fleet complete)",
     })
     checker, restarter = (uploaded[name][0] for name in ("check_ready", "restart_or_restore"))
