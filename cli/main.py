@@ -24,9 +24,12 @@ from rich.table import Table
 from cli import remote
 from cli.bench.command import add_parser as add_bench_parser
 from cli.console import connect, err, out, plural, report
+from cli.doctor.command import add_parser as add_doctor_parser
 from cli.drift.command import add_parser as add_drift_parser
 from cli.models import add_parser as add_models_parser
+from cli.planplace import cmd_plan_place
 from cli.planview import reasons, tables
+from cli.status.command import add_parser as add_status_parser
 from fleet.inventory import DEFAULT_FLEET, fleet_path, plan_of
 from fleet.load import load_fleet
 from fleet.plan import plan_fleet
@@ -72,6 +75,11 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 def cmd_plan(args: argparse.Namespace) -> int:
     """Print each server's memory plan; exit 1 if a server or GPU does not fit."""
+    if args.write and not args.place:
+        err.print("--write writes the gpus that --place chooses: give both", markup=False)
+        return 2
+    if args.place or args.from_host is not None:
+        return cmd_plan_place(args)
     fleet = _load_or_report(args.fleet, capacity=False)
     if fleet is None:
         return 1
@@ -279,6 +287,13 @@ def build_parser() -> argparse.ArgumentParser:
     plan = sub.add_parser("plan", help="memory plan: weights, KV cache, concurrency per server")
     plan.add_argument("fleet", nargs="?", default=default)
     plan.add_argument("--json", action="store_true", help="print the plan as JSON")
+    plan.add_argument("--place", action="store_true",
+                      help="choose GPUs for servers that declare none, and say why")
+    plan.add_argument("--write", action="store_true",
+                      help="with --place: write the chosen gpus into the fleet file")
+    plan.add_argument("--from-host", nargs="?", const="", default=None, metavar="HOST",
+                      help="read the GPUs of HOST (every GPU host if none is named) over SSH "
+                      "and plan against what is free there")
     plan.set_defaults(func=cmd_plan)
 
     render = sub.add_parser("render", help="print the units and environment files")
@@ -315,6 +330,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_bench_parser(sub, default)
     add_drift_parser(sub, default)
     add_models_parser(sub, default)
+    add_status_parser(sub, default)
+    add_doctor_parser(sub, default)
 
     schema = sub.add_parser("schema", help="print the fleet file's JSON Schema")
     schema.set_defaults(func=cmd_schema)

@@ -88,5 +88,9 @@ def reasons(plan: FleetPlan) -> list[str]:
             lines.append(f"  overhead per GPU ({s.release_model}):")
             lines += [f"    {t['name']} {_num(t['bytes'])} GiB: {t['source']}"
                       for t in s.overhead_terms]
+        if s.cuda_total_source:
+            lines.append(f"  CUDA total: {s.cuda_total_source}")
+        lines += [f"  {t['name']} {_num(t['bytes'])} GiB: {t['source']}" for t in s.weights_terms]
+        lines += [f"  warning: {text}" for text in s.warnings]
     lines += [f"{g.host}:GPU{g.index}: {g.verdict} — {g.reason}" for g in plan.gpus]
     return lines

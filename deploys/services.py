@@ -19,6 +19,7 @@ from pyinfra.api.operation import OperationMeta
 from pyinfra.operations import files, server, systemd
 from pyinfra.operations.util import any_changed
 
+from deploys.multinode import group_members, groups_reachable
 from deploys.plan import current_plan, upload_programs
 from fleet.paths import (
     PREVIOUS_DIR,
@@ -68,6 +69,7 @@ def services(
     refused = [f"{entry.name}: {entry.refusal}" for entry in plan.servers if entry.refusal]
     if refused:
         raise DeployError("; ".join(refused))
+    groups_reachable()
     user = plan.user
     server.group(name="Create the service group", group=user, system=True)
     server.user(
@@ -94,6 +96,10 @@ def services(
         "restart_or_restore": "the restart-or-restore helper",
         "request": "the request program (fleet verify, fleet complete)",
         "roll_replica": "the replica updater (rolling updates of endpoints)",
+        **({"vllm_serve": "the group member program (vllm serve, headless workers)",
+            "wait_joined": "the group join waiter",
+            "group_wait": "the group member waiter"}
+           if any(entry.group for entry in plan.servers) else {}),
     })
     # The units run the health waiter (ExecStartPost): only its own files restart servers.
     _, wait_ops = uploaded["wait_healthy"]
@@ -108,7 +114,10 @@ def services(
         mode="700",
     )
     python = plan.python_bin
+    members = [entry for entry in plan.servers if entry.group is not None]
     for entry in plan.servers:
+        if entry.group is not None:  # a server across hosts: deploys/multinode.py
+            continue
         unit = entry.unit
         server_args_valid(
             name=f"Check the flags of {unit} with the installed vLLM",
@@ -194,3 +203,12 @@ def services(
             python=python,
             _if=any_changed(restart_op, start_op),
         )
+    if members:
+        changed = [*uploaded["wait_healthy"][1], venv_changed]
+        if limits_changed is not None:
+            changed.append(limits_changed)
+        group_members(members, uploaded, {
+            entry.name: [*changed, *([models_changed[entry.model]]
+                                     if entry.model in models_changed else [])]
+            for entry in members
+        })

@@ -22,9 +22,15 @@ from fleet import gpus as gpu_table
 from fleet import releases
 from fleet.endpoints import endpoint_problems
 from fleet.flags import flag_problems, flag_warnings
+from fleet.monitoring import check_monitoring
+from fleet.multinode import check_group
+from fleet.numa import numa_problems, numa_warnings
 from fleet.plan import chunked_prefill, plan_fleet, utilization
 from fleet.problems import Finding, suggest
 from fleet.spec import MIN_DRIVER_FOR_VARIANT, Fleet, Host, Server, Variant
+
+#: What :func:`check_fleet` says of a GPU server without gpus (``fleet plan --place`` fills them).
+NO_GPUS = "a GPU server needs at least one GPU index"
 
 
 def check_fleet(fleet: Fleet) -> Iterator[Finding]:
@@ -48,6 +54,8 @@ def check_fleet(fleet: Fleet) -> Iterator[Finding]:
                 else:
                     sandbox_ports[server.port] = (name, server_name)
     yield from endpoint_problems(fleet)
+    yield from numa_problems(fleet)
+    yield from check_monitoring(fleet)
 
 
 def _check_host(fleet: Fleet, name: str, host: Host) -> Iterator[Finding]:
@@ -116,6 +124,7 @@ def _check_host(fleet: Fleet, name: str, host: Host) -> Iterator[Finding]:
         yield from flag_problems(sbase, server, host.vllm.version)
         # These hold for every build, the cpu one included.
         yield from _check_workers(fleet, name, host, sbase, server)
+        yield from check_group(fleet, name, host, sbase, server)
         yield from _check_model_limits(fleet, sbase, server)
         if variant is Variant.cpu:
             if server.gpus:
@@ -126,7 +135,7 @@ def _check_host(fleet: Fleet, name: str, host: Host) -> Iterator[Finding]:
                 )
             continue
         if not server.gpus:
-            yield ((*sbase, "gpus"), "a GPU server needs at least one GPU index", "e.g. gpus: [0]")
+            yield ((*sbase, "gpus"), NO_GPUS, "e.g. gpus: [0], or let `fleet plan --place` choose")
             continue
         if len(set(server.gpus)) != len(server.gpus):
             yield ((*sbase, "gpus"), "a GPU index is listed twice", None)
@@ -194,11 +203,11 @@ def _check_cuda(base: tuple[str | int, ...], host: Host) -> Iterator[Finding]:
         )
 
 
-#: Why this version does not deploy a server across hosts (the deploy refuses it, and
-#: ``fleet check`` warns about it).
+#: Why this version does not deploy a server across hosts over Ray (the deploy refuses it,
+#: and ``fleet check`` warns about it); the native launcher deploys (docs/multinode.md).
 MULTI_NODE_REFUSAL = (
-    "a server across hosts (worker_hosts, Ray) is planned and checked, not deployed by this "
-    "version"
+    "a server across hosts with multinode.launcher ray is planned and checked, not deployed by "
+    "this version"
 )
 
 
@@ -209,11 +218,14 @@ def deploy_refusal(server: Server) -> str | None:
         >>> from fleet.spec import Server
         >>> deploy_refusal(Server(model="m", port=1)) is None
         True
-        >>> deploy_refusal(Server(model="m", port=1, worker_hosts=["b"]))[:36]
-        'a server across hosts (worker_hosts,'
+        >>> deploy_refusal(Server(model="m", port=1, worker_hosts=["b"])) is None
+        True
+        >>> deploy_refusal(Server(model="m", port=1, worker_hosts=["b"],
+        ...                       multinode={"launcher": "ray"}))[:44]
+        'a server across hosts with multinode.launche'
     """
-    if server.worker_hosts:
-        return MULTI_NODE_REFUSAL + "; deploy it by hand, or keep the server on one host"
+    if server.worker_hosts and server.multinode and server.multinode.launcher.value == "ray":
+        return MULTI_NODE_REFUSAL + "; use launcher: native (the default), or deploy Ray by hand"
     return None
 
 
@@ -274,7 +286,7 @@ def _check_workers(
                 path,
                 f"host {worker!r} runs vLLM {other.vllm.version} {other.vllm.variant.value}, "
                 f"this host {host.vllm.version} {host.vllm.variant.value}",
-                "a Ray cluster needs one vLLM build on every node",
+                "a group across hosts needs one vLLM build on every member",
             )
         elif server.gpus and max(server.gpus) >= other.gpus.count:
             yield (
@@ -284,13 +296,6 @@ def _check_workers(
                 None,
             )
         seen.add(worker)
-    backend = server.args.get("distributed-executor-backend")
-    if server.worker_hosts and backend != "ray":
-        yield (
-            (*sbase, "args"),
-            "a server across several hosts needs distributed-executor-backend: ray",
-            "add distributed-executor-backend: ray to args",
-        )
 
 
 def _check_model_limits(
@@ -380,9 +385,9 @@ def check_warnings(fleet: Fleet) -> Iterator[Finding]:
         for server_name, server in host.servers.items():
             sbase = ("hosts", name, "servers", server_name)
             yield from flag_warnings(sbase, server, host.vllm.version)
-            if server.worker_hosts:
+            if deploy_refusal(server):
                 yield (
-                    (*sbase, "worker_hosts"),
+                    (*sbase, "multinode", "launcher"),
                     MULTI_NODE_REFUSAL + "; `fleet check` and `fleet plan` accept it, the "
                     "deploy refuses it",
                     "deploy it by hand, or keep the server on one host",
@@ -424,6 +429,7 @@ def check_warnings(fleet: Fleet) -> Iterator[Finding]:
             else:
                 hint = f"no better set of GPUs on this host: expect {traffic} over PCIe"
             yield (("hosts", name, "servers", server_name, "gpus"), message, hint)
+    yield from numa_warnings(fleet)
 
 
 def check_capacity(fleet: Fleet) -> Iterator[Finding]:

@@ -226,6 +226,24 @@ def _one_line(value: str) -> str:
     return refuse_control(value)
 
 
+#: A Linux network interface name (at most 15 characters, IFNAMSIZ − 1).
+_INTERFACE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,14}")
+
+
+def _interface(value: str) -> str:
+    """A network interface name as NCCL_SOCKET_IFNAME and GLOO_SOCKET_IFNAME take one.
+
+    Example:
+        >>> _interface("ens8f0np0")
+        'ens8f0np0'
+    """
+    refuse_control(value, "an interface name")
+    if not _INTERFACE.fullmatch(value):
+        raise ValueError(f"{value!r} is not a network interface name (letters, digits, . _ -; "
+                         "at most 15 characters, like ens8f0 or bond0)")
+    return value
+
+
 HostAddress = Annotated[str, AfterValidator(_host_address)]
 UnixUser = Annotated[str, AfterValidator(_user)]
 LocalPath = Annotated[str, AfterValidator(_local_path)]
@@ -238,6 +256,24 @@ WheelRef = Annotated[str, AfterValidator(_wheel)]
 HfRepo = Annotated[str, AfterValidator(_hf_repo)]
 OptionWord = Annotated[str, AfterValidator(option_word)]
 OneLine = Annotated[str, AfterValidator(_one_line)]
+InterfaceName = Annotated[str, AfterValidator(_interface)]
+
+
+def _bind_address(value: str) -> str:
+    """An IP address to listen on (``127.0.0.1``, ``0.0.0.0``, ``::1``): nothing else."""
+    refuse_control(value, "the bind address")
+    try:
+        ipaddress.ip_address(value)
+    except ValueError:
+        raise ValueError(
+            f"{value!r} is not an IP address to listen on: write 127.0.0.1 (this host only) "
+            "or 0.0.0.0 (every interface)"
+        ) from None
+    return value
+
+
+#: An IP address a service listens on (Prometheus, its exporters).
+BindAddress = Annotated[str, AfterValidator(_bind_address)]
 
 
 _NAME = r"[a-z0-9][a-z0-9._-]{0,62}"
@@ -259,23 +295,4 @@ def _replica_ref(value: str) -> str:
     return value
 
 
-def _bind_address(value: str) -> str:
-    """An IP address to bind (``0.0.0.0`` for every interface).
-
-    Example:
-        >>> _bind_address("0.0.0.0")
-        '0.0.0.0'
-    """
-    refuse_control(value, "an address")
-    try:
-        ipaddress.ip_address(value)
-    except ValueError:
-        raise ValueError(
-            f"{value!r} is not an IP address to bind: write 127.0.0.1 (this host only), "
-            "0.0.0.0 (every interface) or one of the host's addresses"
-        ) from None
-    return value
-
-
 ReplicaRef = Annotated[str, AfterValidator(_replica_ref)]
-BindAddress = Annotated[str, AfterValidator(_bind_address)]

@@ -63,7 +63,8 @@ class Removed:
 #: Flags that vLLM removed or renamed, looked up when a flag is missing from a release's list
 #: (or, for a release without any list, when ``since`` says it is gone). Sources, in vLLM's repo:
 #: - disable-log-requests: deprecated by vllm-project/vllm#21739 (request logging is off by
-#:   default, --enable-log-requests turns it on), removed for v0.12.0 by vllm#29402.
+#:   default, --enable-log-requests turns it on), removed by vllm#29402 (meant for v0.12.0;
+#:   the generated lists show 0.12.0–0.16.0 still taking it, deprecated, and 0.17.0 without it).
 #: - task: replaced by --runner/--convert in vllm#21470; 0.13.0 rejects it (gpustack#3991), and
 #:   vLLM's own parser hints "use --runner pooling … --convert embed|classify|reward".
 #: - guided-decoding-backend: moved into --structured-outputs-config by vllm#22772; the guided_*
@@ -88,7 +89,7 @@ REMOVED: dict[str, Removed] = {
     "disable-log-requests": Removed(
         "request logging is off by default now: leave the flag out "
         "(enable-log-requests: true turns logging on)",
-        "0.12.0",
+        "0.17.0",
         "vllm#29402",
     ),
     "task": Removed(
@@ -272,9 +273,15 @@ def select_flag_list(
             "deploy, only against the removed-flags table (the host's vLLM still checks them)"
         )
     nearest = older[-1]
+    if nearest == versions[-1]:
+        return load_flag_list(nearest, directory), (
+            f"vLLM {version} is newer than every flag list; flags were validated with the list "
+            f"of {nearest}, the nearest older release and the newest (flags added since are "
+            "unknown here: generate its list with scripts/gen_vllm_releases.py)"
+        )
     return load_flag_list(nearest, directory), (
         f"vLLM {version}: no flag list of its own; flags were validated with the list of "
-        f"{nearest}, the nearest older release (generate one with scripts/gen_vllm_flags.py)"
+        f"{nearest}, the nearest older release (generate one with scripts/gen_vllm_releases.py)"
     )
 
 

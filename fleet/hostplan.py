@@ -55,6 +55,8 @@ class ServerUnit:
     + worker_hosts: other hosts lending GPUs (Ray); such a server is planned, not deployed
     + after: the servers (names) it starts after, those sharing one of its GPUs
     + refusal: why this version does not deploy the server (None: it does), decided in fleet
+    + group: for a server across hosts, the group and this host's part in it (the head's unit
+      serves the API; a worker host's unit of the same name joins it headless)
 
     Example:
         >>> unit = ServerUnit(name="tiny", unit="vllm-tiny.service",
@@ -81,11 +83,62 @@ class ServerUnit:
     after: tuple[str, ...] = ()
     refusal: str | None = None
     rollout: ReplicaRollout | None = None
+    group: GroupPlan | None = None
 
     @property
     def url(self) -> str:
         """The server's base URL as seen on its host."""
         return f"http://{self.host}:{self.port}"
+
+    @property
+    def role(self) -> Literal["single", "head", "worker"]:
+        """``single`` (a server on one host), or its part in a group across hosts."""
+        if self.group is None:
+            return "single"
+        return "head" if self.group.rank == 0 else "worker"
+
+
+@dataclass(frozen=True)
+class GroupPlan:
+    """A server across hosts as one replica: every member, and this host's place in it.
+
+    The same server name (and unit) runs on every member; the head serves the API, the
+    workers join it headless. A rolling upgrade takes the group as one replica: all members
+    restart together, head last (``fleet.multinode``; docs/multinode.md).
+
+    + server: the server's name; head: the head host; members: every host, head first
+    + rank: this host's node rank (0: the head); launcher: ``native`` or ``ray``
+    + head_address, join_port: where the workers reach the head (rendezvous or DP RPC port)
+    + join_timeout: seconds the deploy waits for a member to join before naming it
+    + revision: one hash over every member's configuration, written into each member's unit
+
+    Example:
+        >>> group = GroupPlan(server="big", head="a", members=("a", "b"), rank=1,
+        ...     launcher="native", head_address="10.0.0.1", join_port=29500,
+        ...     join_timeout=600, revision="0123456789abcdef")
+        >>> group.workers, group.is_head
+        (('b',), False)
+    """
+
+    server: str
+    head: str
+    members: tuple[str, ...]
+    rank: int
+    launcher: Literal["native", "ray"]
+    head_address: str
+    join_port: int
+    join_timeout: int
+    revision: str
+
+    @property
+    def workers(self) -> tuple[str, ...]:
+        """The members other than the head."""
+        return self.members[1:]
+
+    @property
+    def is_head(self) -> bool:
+        """Whether this host is the head."""
+        return self.rank == 0
 
 
 @dataclass(frozen=True)
@@ -97,6 +150,7 @@ class ModelInstall:
     + url, file, sha256, unpack, filename: archive or single-file sources
     + hf, revision, endpoint, token: Hugging Face sources (the token is a secret)
     + keep: how many versions the host keeps
+    + retries, retry_wait: how a ``url`` download retries (attempts, first wait in seconds)
 
     Example:
         >>> model = ModelInstall(name="tiny", path="/var/lib/vllm-fleet/models/tiny",
@@ -119,6 +173,8 @@ class ModelInstall:
     endpoint: str | None = None
     token: str | None = field(default=None, repr=False)
     keep: int = 1
+    retries: int = 6
+    retry_wait: float = 2.0
 
     @property
     def id(self) -> str | None:
@@ -269,6 +325,73 @@ class StackPlan:
 # --------------------------------------------------------------------------------------------
 
 
+# --------------------------------------------------------------------------------------------
+# Monitoring (fleet/monitoring.py decides it)
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ServiceDropin:
+    """A drop-in over a Debian package's unit: the package (pinned), its unit, the drop-in.
+
+    + package: ``name=version`` for apt; unit: the package's unit; path, text: the drop-in
+    """
+
+    package: str
+    unit: str
+    path: str
+    text: str
+
+    @property
+    def package_name(self) -> str:
+        """The package without its version: ``prometheus=2.42.0+ds-5`` → ``prometheus``."""
+        return self.package.split("=", 1)[0]
+
+
+@dataclass(frozen=True)
+class GpuMetricsUnit:
+    """The unit that feeds nvidia-smi queries to the node exporter's textfile collector."""
+
+    unit: str
+    unit_path: str
+    unit_text: str
+    textfile: str
+
+
+@dataclass(frozen=True)
+class PrometheusPlan:
+    """The Prometheus server of the fleet (on its monitoring host).
+
+    + service: Debian's prometheus package and the drop-in with the fleet's command line
+    + config_text, rules_text: prometheus.yml and the rules file, rendered from the fleet
+    + config_dir: where they live; staging_dir: where a new pair waits for promtool
+    + ready_url: Prometheus's readiness endpoint, as reached on its host
+    + alertmanager: its drop-in, with the configuration's path and text (None: not run)
+    """
+
+    service: ServiceDropin
+    config_text: str
+    rules_text: str
+    config_dir: str
+    staging_dir: str
+    ready_url: str
+    alertmanager: ServiceDropin | None = None
+    alertmanager_config_path: str | None = None
+    alertmanager_config_text: str | None = None
+
+
+@dataclass(frozen=True)
+class MonitoringPlan:
+    """What monitoring a host runs: the node exporter always, GPU metrics where the host feeds
+    them through the textfile collector, Prometheus on the monitoring host.
+    """
+
+    node_exporter: ServiceDropin
+    textfile_dir: str
+    gpu_metrics: GpuMetricsUnit | None = None
+    prometheus: PrometheusPlan | None = None
+
+
 @dataclass(frozen=True)
 class HostPlan:
     """Everything the deploys need for one host (``host.data.fleet``).
@@ -309,6 +432,7 @@ class HostPlan:
     env_dir: str = ENV_DIR
     unit_dir: str = UNIT_DIR
     routers: tuple[RouterUnit, ...] = ()
+    monitoring: MonitoringPlan | None = None
 
     @property
     def python_bin(self) -> str:

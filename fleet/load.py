@@ -23,7 +23,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from fleet.checks import check_capacity, check_fleet, check_warnings
+from fleet.checks import NO_GPUS, check_capacity, check_fleet, check_warnings
 from fleet.problems import Finding, FleetError, Loc, Problem
 from fleet.sizing import resolve_model_files
 from fleet.source import TextProblem, blank_strange, decode_text, read_bounded, strange_character
@@ -128,14 +128,16 @@ def merge_defaults(raw: dict[str, Any]) -> tuple[dict[str, Any], dict[Loc, Loc]]
 
 
 def load_text(
-    text: str, file: str = "<fleet>", capacity: bool = True, warnings: list[Problem] | None = None
+    text: str, file: str = "<fleet>", capacity: bool = True, warnings: list[Problem] | None = None,
+    unplaced: bool = False,
 ) -> Fleet:
     """Validate fleet YAML text; raise :class:`FleetError` with every located problem.
 
     Model config paths are read relative to ``file``'s folder. With ``capacity``, a server
     that :mod:`fleet.plan` finds does not fit is an error too (``fleet plan`` turns it off to
     show the numbers of such a fleet). Warnings do not raise: they are appended to
-    ``warnings`` when a list is given (slow GPU links, …).
+    ``warnings`` when a list is given (slow GPU links, …). With ``unplaced``, GPU servers
+    without ``gpus`` are accepted: :mod:`fleet.placement` chooses them.
 
     Example:
         >>> load_text("version: 1\\nhosts: {}\\n").hosts
@@ -180,7 +182,9 @@ def load_text(
         return out
 
     problems = located(resolve_model_files(fleet, Path(file).parent))
-    problems += located(check_fleet(fleet))
+    problems += located(
+        finding for finding in check_fleet(fleet) if not (unplaced and finding[1] == NO_GPUS)
+    )
     if capacity and not problems:
         problems += located(check_capacity(fleet))
     if problems:
@@ -239,13 +243,14 @@ def _unique(problems: list[Problem]) -> list[Problem]:
 
 
 def load_fleet(
-    path: str | Path, capacity: bool = True, warnings: list[Problem] | None = None
+    path: str | Path, capacity: bool = True, warnings: list[Problem] | None = None,
+    unplaced: bool = False,
 ) -> Fleet:
     """Read and validate a fleet file; raise :class:`FleetError` naming file and line.
 
-    ``capacity`` and ``warnings``: as in :func:`load_text`. At most :data:`MAX_FILE_BYTES` are
-    read; a file that is not UTF-8 is named by its encoding (UTF-16 from PowerShell), or by the
-    line of its first byte that is not UTF-8.
+    ``capacity``, ``warnings`` and ``unplaced``: as in :func:`load_text`. At most
+    :data:`MAX_FILE_BYTES` are read; a file that is not UTF-8 is named by its encoding (UTF-16
+    from PowerShell), or by the line of its first byte that is not UTF-8.
 
     Example:
         >>> found = []
@@ -269,4 +274,4 @@ def load_fleet(
         if err.column is not None:  # a stray byte: find its field in the rest of the text
             readable = blank_strange(data.decode("utf-8", "replace").replace("\ufffd", "?"))
         raise FleetError([_text_problem(err, str(path), readable)]) from None
-    return load_text(text, str(path), capacity, warnings)
+    return load_text(text, str(path), capacity, warnings, unplaced)

@@ -43,6 +43,8 @@ def model_plan(name: str, model: Model, secrets: Callable[[SecretRef], str]) -> 
         endpoint=model.endpoint,
         token=secrets(model.token) if model.token is not None else None,
         keep=model.keep,
+        retries=model.download.retries,
+        retry_wait=model.download.retry_wait,
     )
 
 

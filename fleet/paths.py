@@ -200,3 +200,25 @@ def router_env_path(endpoint: str) -> str:
         '/etc/vllm-fleet/router-tiny.env'
     """
     return f"{ENV_DIR}/router-{endpoint}.env"
+# Monitoring (fleet/monitoring.py): Debian's prometheus packages, their units changed through
+# drop-ins only, the fleet's configuration beside Debian's (its own files stay untouched).
+#: The fleet's Prometheus configuration and rules (read by the prometheus user).
+PROMETHEUS_DIR = "/etc/prometheus/vllm-fleet"
+PROMETHEUS_CONFIG = f"{PROMETHEUS_DIR}/prometheus.yml"
+#: The rules file's name, beside the configuration (referred to relatively, so that a staged
+#: configuration is checked with its own staged rules).
+PROMETHEUS_RULES_NAME = "fleet-rules.yml"
+PROMETHEUS_RULES = f"{PROMETHEUS_DIR}/{PROMETHEUS_RULES_NAME}"
+#: Where a new configuration waits for ``promtool check config`` before it replaces the live one.
+PROMETHEUS_STAGING = "/var/lib/vllm-fleet/prometheus-staged"
+#: Debian's TSDB folder (kept across restarts and package upgrades).
+PROMETHEUS_DATA = "/var/lib/prometheus/metrics2"
+PROMETHEUS_DROPIN = "/etc/systemd/system/prometheus.service.d/50-vllm-fleet.conf"
+NODE_EXPORTER_DROPIN = "/etc/systemd/system/prometheus-node-exporter.service.d/50-vllm-fleet.conf"
+#: Debian's textfile collector folder (owned by the prometheus user).
+TEXTFILE_DIR = "/var/lib/prometheus/node-exporter"
+GPU_TEXTFILE = f"{TEXTFILE_DIR}/vllm_fleet_gpu.prom"
+GPU_METRICS_UNIT = "vllm-fleet-gpu-metrics.service"
+ALERTMANAGER_CONFIG = f"{PROMETHEUS_DIR}/alertmanager.yml"
+ALERTMANAGER_DATA = "/var/lib/prometheus/alertmanager"
+ALERTMANAGER_DROPIN = "/etc/systemd/system/prometheus-alertmanager.service.d/50-vllm-fleet.conf"

@@ -7,11 +7,12 @@ pipeline stage):
 
 - **weights** = the checkpoint's size ÷ (TP × PP), adjusted for online quantization
   (``--quantization fp8`` on a 16-bit checkpoint halves everything but the embeddings);
-- **overhead** = the profiling pass's peak, estimated as activations
-  (``max-num-batched-tokens × (3·hidden + qkv/TP + 3·intermediate/TP) × dtype bytes``), the
-  sampler (``min(max-num-batched-tokens, max-num-seqs) × vocab × 32 bytes``: fp32 logits,
-  sorted copies and int64 indices for top-k/top-p), 0.15 GiB of CUDA library workspaces
-  (cuBLAS: measured 0.16 GiB on an H200), and, from vLLM 0.21 on, 0.5 GiB of CUDA graphs;
+- **overhead** = the profiling pass's peak, the larger of activations
+  (``max-num-batched-tokens × (3·hidden + qkv/TP + 3·intermediate/TP) × dtype bytes``) and the
+  sampler (V1: ``min(max-num-batched-tokens, max-num-seqs) × vocab × 24 bytes``: fp32 logits,
+  a sorted copy with int64 indices, softmax and cumulative sum for top-k/top-p), the non-torch
+  memory the release counts (cuBLAS workspaces, NCCL), and, from vLLM 0.21 on, 0.5 GiB of CUDA
+  graphs;
 - **KV budget** = utilization × total − weights − overhead;
 - **KV bytes per token** = 2 × layers/PP × max(1, kv_heads/TP) × head_dim × dtype bytes, or
   with MLA (kv_lora_rank set) layers/PP × (kv_lora_rank + qk_rope_head_dim) × dtype bytes,
@@ -19,6 +20,10 @@ pipeline stage):
 - **KV tokens** = KV budget ÷ bytes per token, in whole blocks (16 tokens; 128 on the cpu
   build), counted as vLLM logs it: blocks ÷ blocks per max-model-len request × max-model-len;
 - **max concurrency** = KV tokens ÷ max-model-len.
+
+Each term's number and source, per vLLM release family (V0 0.6.4, 0.6.5, 0.7; V1 0.8, 0.9 on),
+come from :mod:`fleet.memory`; a pipeline-parallel server is planned per stage (the first stage
+holds ⌈layers/PP⌉ layers, the last the sampler) and vLLM's smallest stage counts.
 
 Outside every budget, each server's process also holds a CUDA context (0.51 GiB measured on
 an H200), NCCL buffers when TP × PP > 1 (0.25 GiB, estimated), and before vLLM 0.21 its CUDA
@@ -40,6 +45,7 @@ from collections import defaultdict
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from fleet import memory
 from fleet.gpus import DRIVER_RESERVED_GIB
 from fleet.releases import release
 from fleet.spec import DTYPE_BYTES, Fleet, Host, ModelConfig, Server, Variant
@@ -49,23 +55,10 @@ GiB = 2**30
 #: Per process and GPU, taken before vLLM's memory snapshot (outside its budget).
 CUDA_CONTEXT_GIB = 0.5
 NCCL_GIB = 0.25
-#: Inside the budget: library workspaces allocated during the profiling pass.
-WORKSPACE_GIB = 0.15
-#: CUDA graphs of the default capture sizes (typical logs: 0.2–0.6 GiB).
-CUDA_GRAPH_GIB = 0.5
-#: The vLLM release from which CUDA graph memory is taken out of the budget.
-GRAPHS_IN_BUDGET_FROM = (0, 21)
-#: Peak bytes of the sampler per (sequence × vocabulary entry).
-SAMPLER_BYTES = 32
-#: V0: the profiling pass's logits, fp32, one row per sequence.
-V0_LOGITS_BYTES = 4
-#: V0 (0.6.x): chunked prefill turns itself on above this max-model-len, with 512 tokens a step
-#: (vllm/engine/arg_utils.py use_long_context; vllm/config.py SchedulerConfig).
-V0_LONG_CONTEXT = 32768
-V0_CHUNKED_TOKENS = 512
-#: V0: memory the 0.6.4 worker logs as non_torch_memory (cuBLAS, allocator; 0.35 GiB on an
-#: RTX 3090, vllm#10517), taken for every V0 release.
-V0_NON_TORCH_GIB = 0.35
+#: CUDA graphs of the default capture sizes (typical logs: 0.2–0.6 GiB), and the vLLM release
+#: from which they are taken out of the budget (fleet.memory holds the terms inside it).
+CUDA_GRAPH_GIB = memory.CUDA_GRAPH_GIB
+GRAPHS_IN_BUDGET_FROM = memory.GRAPHS_IN_BUDGET_FROM
 #: vLLM's default KV block size (tokens) on GPUs and on the cpu build.
 BLOCK_SIZE = 16
 CPU_BLOCK_SIZE = 128
@@ -129,6 +122,14 @@ class ServerPlan(_Verdict):
     verdict: str = "unknown"
     reason: str = ""
     cannot_check: list[str] = field(default_factory=list)
+    #: What the plan does not model for this server, said instead of silently guessed.
+    warnings: list[str] = field(default_factory=list)
+    #: Where the CUDA total comes from, and the release family of the memory accounting.
+    cuda_total_source: str = ""
+    memory_family: str = ""
+    #: How the weights per GPU were split (expert parallel, CPU offload): {"name", "bytes",
+    #: "source"}.
+    weights_terms: list[dict[str, Any]] = field(default_factory=list)
 
 
 @dataclass
@@ -325,31 +326,7 @@ def weights_in_memory(server: Server, config: ModelConfig | None, weights: int) 
     return weights, ""
 
 
-def activation_bytes(
-    config: ModelConfig | None, tokens: int, tp: int, dtype_bytes: int
-) -> int:
-    """Estimated activation peak of the profiling forward pass over ``tokens`` tokens:
-    ``tokens × (3·hidden + max(3·intermediate, qkv + q)/TP) × dtype bytes``, which matches
-    the torch peaks of V0 logs within 1 % (Llama-3.1-8B: 2.07 GiB logged at 20,000 tokens).
-
-    Example (Qwen3-8B, 2048 tokens, bf16):
-        >>> c = ModelConfig(num_hidden_layers=36, num_attention_heads=32,
-        ...     num_key_value_heads=8, head_dim=128, hidden_size=4096, intermediate_size=12288)
-        >>> activation_bytes(c, 2048, 1, 2)
-        201326592
-    """
-    if config is None:
-        return 0
-    hidden = config.hidden_size or 0
-    head = config.head_size or 0
-    qkv = (config.num_attention_heads + 2 * config.kv_heads) * head
-    inner = config.intermediate_size or 0
-    if config.moe_intermediate_size and config.num_experts_per_tok:
-        inner = max(inner, config.moe_intermediate_size * config.num_experts_per_tok)
-    attention = (qkv + config.num_attention_heads * head) // tp
-    # The MLP's gate/up output (2 × inner) and its activation (inner) are alive at once, beside
-    # three hidden-size buffers (residual, norm output, layer output); attention needs less.
-    return tokens * (3 * hidden + max(3 * inner // tp, attention)) * dtype_bytes
+activation_bytes = memory.activation_bytes
 
 
 def utilization(host: Host, server: Server) -> float:
@@ -370,94 +347,48 @@ def utilization(host: Host, server: Server) -> float:
     return defaults.gpu_memory_utilization if defaults else 0.9
 
 
-def v0_batch(server: Server, max_len: int | None, defaults: ReleaseDefaults) -> tuple[int, int]:
-    """V0's profiling batch: (max-num-batched-tokens, max-num-seqs), as 0.6's config computes.
 
-    Example:
-        >>> d = release_defaults("0.6.4.post1")
-        >>> v0_batch(Server(model="m", port=1), 20000, d), v0_batch(Server(model="m", port=1),
-        ...     35000, d)
-        ((20000, 256), (512, 256))
-    """
-    seqs = server.int_arg("max-num-seqs") or defaults.max_num_seqs or 256
+def _stage_layers(config: ModelConfig, pp: int) -> list[tuple[int, bool]]:
+    """(layers, runs the sampler) per distinct pipeline stage: the first holds ⌈layers/PP⌉
+    (vLLM's get_pp_indices), the last the rest's share and the sampler."""
+    if pp <= 1:
+        return [(config.num_hidden_layers, True)]
+    first = math.ceil(config.num_hidden_layers / pp)
+    last = max(1, config.num_hidden_layers - first * (pp - 1))
+    return [(first, False), (last, True)]
+
+
+def _batch(plan: ServerPlan, host: Host, server: Server, fam: str,
+           defaults: ReleaseDefaults, memory_gib: float | None) -> memory.Batch:
+    """The profiling pass's tokens and sampler rows for the server's release family."""
+    if fam.startswith("V0"):
+        return memory.v0_batch(server, plan.max_model_len, host.vllm.version, defaults.max_num_seqs)
+    tokens, seqs = batch_defaults(memory_gib, host.gpus.model, host.vllm.variant)
+    source = "vLLM's default max-num-batched-tokens for this GPU"
     given = server.int_arg("max-num-batched-tokens")
     if given is not None:
-        return given, seqs
-    explicit = server.args.get("enable-chunked-prefill")
-    chunked = explicit is True or (explicit is None and (max_len or 0) > V0_LONG_CONTEXT)
-    if chunked:
-        return V0_CHUNKED_TOKENS, seqs
-    return max(max_len or 0, 2048), seqs
+        tokens, source = given, "max-num-batched-tokens"
+    elif not chunked_prefill(server) and plan.max_model_len:
+        tokens = max(tokens, plan.max_model_len)
+        source = "chunked prefill off: at least max-model-len"
+    return memory.Batch(tokens, server.int_arg("max-num-seqs") or seqs, source)
 
 
-def _overhead(
-    plan: ServerPlan, host: Host, server: Server, config: ModelConfig | None,
-    memory: float | None, dtype_bytes: int,
-) -> None:
-    """Fill the overhead terms of a GPU server's plan, as its release's vLLM profiles memory.
-
-    The profiling pass runs the model over max-num-batched-tokens, then (V1: afterwards, on
-    the last pipeline stage) the sampler over max-num-seqs rows: vLLM takes the torch peak of
-    the two, not their sum (vllm/v1/worker/gpu_model_runner.py profile_run). Non-torch
-    memory (cuBLAS workspaces) and, from 0.21 on, the CUDA graph estimate come on top.
-    """
-    defaults = release_defaults(host.vllm.version)
-    if defaults is None:
-        plan.cannot_check.append(
-            f"release not modelled: vLLM {host.vllm.version} is older than every release the "
-            f"planner read ({', '.join(listed_releases())})"
+def _warnings(plan: ServerPlan, server: Server, config: ModelConfig | None, fam: str) -> None:
+    """Say what the memory model does not cover for this server."""
+    arch = " ".join((config.architectures or []) + [config.model_type or ""]) if config else ""
+    if any(word in arch for word in ("ConditionalGeneration", "Vision", "VL", "mllama", "llava")):
+        plan.warnings.append(
+            "multimodal encoder profiling not modelled: vLLM also profiles the vision encoder "
+            "with its largest inputs, which can take GiBs more (vllm#12126: 36.63 GiB for "
+            "Llama-3.2-11B-Vision at 65,536 tokens); the KV cache may be smaller than planned"
         )
-        return
-    plan.release_model = f"vLLM {defaults.release} defaults, {defaults.engine} engine"
-    vocab = config.vocab_size if config and config.vocab_size else 0
-    eager = server.args.get("enforce-eager") is True
-    if defaults.v0:
-        tokens, seqs = v0_batch(server, plan.max_model_len, defaults)
-        sampler = seqs * vocab * V0_LOGITS_BYTES
-        sampler_src = f"{seqs} sequences × vocab {vocab:,} × 4 B (fp32 logits, V0)"
-        non_torch = int(V0_NON_TORCH_GIB * GiB)
-        non_torch_src = "non_torch_memory of a 0.6.4 log (vllm#10517)"
-        graphs, graphs_src = 0, "V0 captures CUDA graphs after the KV cache is sized"
-    else:
-        tokens, seqs = batch_defaults(memory, host.gpus.model, host.vllm.variant)
-        given_tokens = server.int_arg("max-num-batched-tokens")
-        if given_tokens is not None:
-            tokens = given_tokens
-        elif not chunked_prefill(server) and plan.max_model_len:
-            tokens = max(tokens, plan.max_model_len)
-        seqs = server.int_arg("max-num-seqs") or seqs
-        rows = min(tokens, seqs)
-        sampler = rows * vocab * SAMPLER_BYTES
-        sampler_src = (f"{rows} rows × vocab {vocab:,} × {SAMPLER_BYTES} B (fp32 logits, "
-                       "sorted copies, int64 indices for top-k/top-p)")
-        non_torch = int(WORKSPACE_GIB * GiB)
-        non_torch_src = "CUDA library workspaces (cuBLAS: 0.16 GiB measured on an H200)"
-        inside = version_tuple(host.vllm.version) >= GRAPHS_IN_BUDGET_FROM
-        graphs = int(CUDA_GRAPH_GIB * GiB) if inside and not eager else 0
-        graphs_src = ("CUDA graph estimate, in the budget from 0.21 "
-                      "(VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS)" if inside
-                      else "captured after the KV cache is sized (before 0.21)")
-        if eager:
-            graphs_src = "--enforce-eager: no CUDA graphs"
-    activation = activation_bytes(config, tokens, plan.tp, dtype_bytes)
-    peak = max(activation, sampler)
-    plan.overhead = {
-        "activation_bytes": activation,
-        "sampler_bytes": sampler,
-        "profile_peak_bytes": peak,
-        "workspace_bytes": non_torch,
-        "cuda_graph_bytes": graphs,
-    }
-    plan.overhead_terms = [
-        {"name": "activation", "bytes": activation,
-         "source": f"forward pass over {tokens:,} tokens (max-num-batched-tokens)"},
-        {"name": "sampler", "bytes": sampler, "source": sampler_src},
-        {"name": "profiling peak", "bytes": peak,
-         "source": "the larger of activation and sampler (they run one after the other)"},
-        {"name": "non-torch", "bytes": non_torch, "source": non_torch_src},
-        {"name": "CUDA graphs", "bytes": graphs, "source": graphs_src},
-    ]
-    plan.overhead_bytes = peak + non_torch + graphs if config else None
+    if fam.startswith("V0") and server.tp > 1:
+        plan.warnings.append(
+            "V0 with tensor parallel: vLLM takes the KV blocks of the worker with the fewest, "
+            "and the driver worker (rank 0) holds memory the planner does not model "
+            "(vllm#13061: 1.2 GiB less KV cache on rank 0 than rank 1 logs)"
+        )
 
 
 def _plan_server(fleet: Fleet, host_name: str, host: Host, name: str, server: Server) -> ServerPlan:
@@ -498,47 +429,131 @@ def _plan_server(fleet: Fleet, host_name: str, host: Host, name: str, server: Se
         plan.budget_bytes = host.vllm.cpu_kvcache_space_gib * GiB
         plan.kv_budget_bytes = plan.budget_bytes
         block = server.int_arg("block-size") or CPU_BLOCK_SIZE
-    else:
-        memory = host.gpus.total_gib
-        if memory is None:
-            missing.append(
-                "GPU memory: set gpus.memory_gib, or a gpus.model from the built-in table"
-            )
-        else:
-            plan.gpu_memory_bytes = int(memory * GiB)
-            plan.utilization = utilization(host, server)
-            plan.budget_bytes = int(plan.utilization * cuda_total_bytes(memory))
-        weights = model.weights_bytes if model else None
-        if weights is None:
-            missing.append(
-                f"weights: model {server.model!r} has no weights_gib and no local safetensors"
-            )
-        else:
-            loaded, _ = weights_in_memory(server, config, weights)
-            plan.weights_bytes = loaded
-            plan.weights_per_gpu_bytes = loaded // (plan.tp * plan.pp)
-        _overhead(plan, host, server, config, memory, dtype_bytes)
-        if None not in (plan.budget_bytes, plan.weights_per_gpu_bytes, plan.overhead_bytes):
-            plan.kv_budget_bytes = (
-                plan.budget_bytes - plan.weights_per_gpu_bytes - plan.overhead_bytes
-            )
+        _kv_tokens(plan, server, block)
+        _verdict(plan)
+        return plan
+    return _plan_gpu_server(plan, host, server, model, config, dtype_bytes, block)
 
-    if plan.kv_budget_bytes is not None and plan.kv_bytes_per_token:
-        blocks = max(0, plan.kv_budget_bytes) // (plan.kv_bytes_per_token * block)
-        plan.kv_cache_tokens = blocks * block
-        if server.max_model_len_auto and plan.max_model_len and blocks:
-            # vLLM's auto-fit (max-model-len auto or -1): the model's limit, lowered to the
-            # longest request the KV cache holds (v1/core/kv_cache_utils.py).
-            fitted = min(plan.max_model_len, blocks * block)
-            if fitted < plan.max_model_len:
-                plan.auto_fit_from = plan.max_model_len
-                plan.max_model_len = fitted
-        if plan.max_model_len:
-            # As vLLM counts it: whole blocks per request, then back to tokens.
-            plan.max_concurrency = blocks / math.ceil(plan.max_model_len / block)
-            plan.kv_cache_tokens = int(plan.max_concurrency * plan.max_model_len)
+
+def _plan_gpu_server(
+    plan: ServerPlan, host: Host, server: Server, model: Any, config: ModelConfig | None,
+    dtype_bytes: int, block: int,
+) -> ServerPlan:
+    """The GPU part of a server's plan: budget, weights, profiling peak per stage, KV cache."""
+    missing = plan.cannot_check
+    memory_gib = host.gpus.total_gib
+    if memory_gib is None:
+        missing.append("GPU memory: set gpus.memory_gib, or a gpus.model from the built-in table")
+    else:
+        plan.gpu_memory_bytes = int(memory_gib * GiB)
+        plan.utilization = utilization(host, server)
+        entry = host.gpus.table_model
+        named = entry.name if entry and host.gpus.memory_gib is None else None
+        total, plan.cuda_total_source = memory.cuda_total_bytes(memory_gib, named)
+        plan.budget_bytes = int(plan.utilization * total)
+    weights = model.weights_bytes if model else None
+    if weights is None:
+        missing.append(
+            f"weights: model {server.model!r} has no weights_gib and no local safetensors"
+        )
+    else:
+        loaded, _ = weights_in_memory(server, config, weights)
+        plan.weights_bytes = loaded
+        per_gpu, terms = memory.weights_per_gpu(loaded, config, server)
+        plan.weights_per_gpu_bytes = per_gpu
+        plan.weights_terms = [t.as_dict() for t in terms]
+    defaults = release_defaults(host.vllm.version)
+    if defaults is None:
+        missing.append(
+            f"release not modelled: vLLM {host.vllm.version} is older than every release the "
+            f"planner read ({', '.join(listed_releases())})"
+        )
+        _verdict(plan)
+        return plan
+    engine = memory.engine_of(host.vllm.version, defaults.engine, server)
+    fam = memory.family(host.vllm.version, engine)
+    plan.memory_family = fam
+    plan.release_model = f"vLLM {defaults.release} defaults, {engine} engine ({fam} accounting)"
+    _warnings(plan, server, config, fam)
+    batch = _batch(plan, host, server, fam, defaults, memory_gib)
+    stages = _stage_layers(config, plan.pp) if config else [(0, True)]
+    best: tuple[float, list[memory.Term], int, int | None, int] | None = None
+    for layers, last in stages:
+        terms = memory.profile_terms(fam, host.vllm.version, server, config, batch,
+                                     dtype_bytes, last_stage=last or fam.startswith("V0"))
+        overhead = sum(t.bytes for t in terms if t.name not in ("activation", "sampler"))
+        kv_budget = None
+        if None not in (plan.budget_bytes, plan.weights_per_gpu_bytes):
+            kv_budget = plan.budget_bytes - plan.weights_per_gpu_bytes - overhead
+        per_token = _stage_bytes_per_token(plan, config, layers)
+        capacity = kv_budget / per_token if kv_budget is not None and per_token else math.inf
+        if best is None or capacity < best[0]:
+            best = (capacity, terms, overhead, kv_budget, per_token)
+    assert best is not None
+    _, terms, overhead, kv_budget, stage_per_token = best
+    plan.overhead_terms = [t.as_dict() for t in terms]
+    by_name = {t.name: t.bytes for t in terms}
+    plan.overhead = {
+        "activation_bytes": by_name["activation"],
+        "sampler_bytes": by_name["sampler"],
+        "profile_peak_bytes": by_name["profiling peak"],
+        "workspace_bytes": by_name["non-torch"],
+        "cuda_graph_bytes": by_name["CUDA graphs"],
+    }
+    plan.overhead_bytes = overhead if config else None
+    if plan.overhead_bytes is not None and kv_budget is not None:
+        plan.kv_budget_bytes = kv_budget
+    if plan.pp > 1 and config is not None:
+        plan.overhead_terms.append({
+            "name": "pipeline stage", "bytes": 0,
+            "source": "the stage with the smallest KV cache counts (vLLM sizes every stage's "
+                      "cache by the fewest blocks): " + ", ".join(
+                          f"{'last' if last else 'first'} stage {layers} layers"
+                          for layers, last in stages)})
+    _kv_tokens(plan, server, block, config, batch.tokens, fam, stage_per_token)
     _verdict(plan)
     return plan
+
+
+def _stage_bytes_per_token(plan: ServerPlan, config: ModelConfig | None, layers: int) -> int:
+    """KV bytes per token of a stage of ``layers`` layers (the plan's figure is the first's)."""
+    if not plan.kv_bytes_per_token or config is None:
+        return 0
+    first = math.ceil(config.num_hidden_layers / plan.pp)
+    return plan.kv_bytes_per_token * layers // first
+
+
+def _kv_tokens(
+    plan: ServerPlan, server: Server, block: int, config: ModelConfig | None = None,
+    batched: int = 0, fam: str = "", per_token: int = 0,
+) -> None:
+    """KV tokens and max concurrency from the KV budget, as vLLM counts them (whole blocks of
+    the binding pipeline stage; V1 with sliding-window layers: what one request holds in its
+    hybrid cache)."""
+    if plan.kv_budget_bytes is None or not plan.kv_bytes_per_token:
+        return
+    per_layer = per_token or plan.kv_bytes_per_token
+    blocks = max(0, plan.kv_budget_bytes) // (per_layer * block)
+    swa = config is not None and fam.startswith("V1") and memory.layer_kinds(config)[1] > 0
+    if swa and plan.max_model_len and config is not None:
+        held, note = memory.request_tokens(config, plan.max_model_len, batched, block, plan.pp)
+        plan.max_concurrency = max(0, plan.kv_budget_bytes) / (held * per_layer)
+        plan.kv_cache_tokens = int(plan.max_concurrency * plan.max_model_len)
+        plan.overhead_terms.append({"name": "sliding window", "bytes": 0, "source": (
+            note + ": vLLM's hybrid KV cache (SlidingWindowSpec.max_memory_usage_bytes)")})
+        return
+    plan.kv_cache_tokens = blocks * block
+    if server.max_model_len_auto and plan.max_model_len and blocks:
+        # vLLM's auto-fit (max-model-len auto or -1): the model's limit, lowered to the
+        # longest request the KV cache holds (v1/core/kv_cache_utils.py).
+        fitted = min(plan.max_model_len, blocks * block)
+        if fitted < plan.max_model_len:
+            plan.auto_fit_from = plan.max_model_len
+            plan.max_model_len = fitted
+    if plan.max_model_len:
+        # As vLLM counts it: whole blocks per request, then back to tokens.
+        plan.max_concurrency = blocks / math.ceil(plan.max_model_len / block)
+        plan.kv_cache_tokens = int(plan.max_concurrency * plan.max_model_len)
 
 
 def _verdict(plan: ServerPlan) -> None:
@@ -613,11 +628,11 @@ def _plan_gpus(fleet: Fleet) -> list[GpuPlan]:
     plans = []
     for (host_name, index), on_gpu in sorted(users.items()):
         host = fleet.hosts.get(host_name)
-        memory = host.gpus.total_gib if host else None
+        gpu_gib = host.gpus.total_gib if host else None
         total = sum(utilization(user, server) for _, user, server in on_gpu)
         gpu = GpuPlan(
             host=host_name, index=index, model=host.gpus.model if host else None,
-            memory_bytes=int(memory * GiB) if memory else None,
+            memory_bytes=int(gpu_gib * GiB) if gpu_gib else None,
             servers=[label for label, _, _ in on_gpu], utilization_sum=round(total, 4),
         )
         causes: dict[str, float] = defaultdict(float)
@@ -630,10 +645,12 @@ def _plan_gpus(fleet: Fleet) -> list[GpuPlan]:
         if total >= 1:
             gpu.verdict = "does not fit"
             gpu.reason = f"the servers' gpu-memory-utilization sums to {total:.2f}, not below 1"
-        elif memory is None:
+        elif gpu_gib is None:
             gpu.reason = "cannot check: GPU memory unknown"
         else:
-            gpu.headroom_bytes = int((1 - total) * cuda_total_bytes(memory))
+            entry = host.gpus.table_model if host else None
+            named = entry.name if entry and host and host.gpus.memory_gib is None else None
+            gpu.headroom_bytes = int((1 - total) * memory.cuda_total_bytes(gpu_gib, named)[0])
             left = f"{gib(gpu.headroom_bytes)} left outside the budgets"
             if gpu.headroom_bytes < gpu.outside_bytes:
                 gpu.verdict = "tight"

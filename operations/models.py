@@ -17,11 +17,8 @@ from pyinfra.api.exceptions import DeployError
 from facts.models import ModelCheck
 from fleet.hostplan import ModelInstall
 
-#: The installer's flags for progress lines and retries on the host.
+#: The installer's flag for progress lines on the host.
 PROGRESS_EVERY_S = 10
-
-
-RETRIES = 6
 
 
 class StreamedCommand(StringCommand):
@@ -60,7 +57,8 @@ def install_command(
             words += ["--token-stdin"]
     else:
         if model.kind == "url":
-            words += ["--url", model.url, "--retries", str(RETRIES)]
+            words += ["--url", model.url, "--retries", str(model.retries),
+                      "--retry-wait", f"{model.retry_wait:g}"]
         else:
             words += ["--file", upload_path(model, models_dir)]
         words += ["--sha256", model.sha256, "--unpack", "yes" if model.unpack else "no",

@@ -23,6 +23,7 @@ Example::
 
 from __future__ import annotations
 
+import ast
 import json
 import re
 import sys
@@ -66,7 +67,163 @@ def from_source(package: Path) -> dict:
     args = _read(package, "engine/arg_utils.py")
     seqs = MAX_SEQS.search(args[0]) if args else None
     entry["max_num_seqs"] = int(seqs[1]) if seqs else None
+    if args:
+        classes = batch_classes(args[0])
+        if classes:
+            entry["batch_classes"] = classes
+            entry["batch_classes_from"] = "vllm/engine/arg_utils.py: the device_memory chain"
+        chunked = chunked_prefill(args[0])
+        if chunked:
+            entry["chunked_prefill"] = chunked
+            entry["chunked_prefill_from"] = ("vllm/engine/arg_utils.py: if "
+                                             "self.enable_chunked_prefill is None")
+    graphs = cuda_graphs(package)
+    if graphs:
+        entry["cuda_graphs"] = graphs
+    wheel = package / "WHEEL-SOURCE"
+    if wheel.is_file():
+        name, digest = wheel.read_text().split()[:2]
+        entry["wheel"] = name
+        entry["wheel_sha256"] = digest.removeprefix("sha256=")
     return entry
+
+
+def _int_of(node: ast.expr) -> int | None:
+    return node.value if isinstance(node, ast.Constant) and isinstance(node.value, int) else None
+
+
+def _server_value(node: ast.expr) -> int | None:
+    """The ``UsageContext.OPENAI_API_SERVER`` value of a dict literal."""
+    if not isinstance(node, ast.Dict):
+        return None
+    for key, value in zip(node.keys, node.values, strict=False):
+        if key is not None and ast.unparse(key).endswith("OPENAI_API_SERVER"):
+            return _int_of(value)
+    return None
+
+
+def _class_of(test: ast.expr | None) -> dict:
+    """``device_memory >= 70 * GiB_bytes and "a100" not in device_name`` → the class."""
+    entry: dict = {"min_memory_gib": 0, "not_named": []}
+    if test is None:
+        return entry
+    for node in ast.walk(test):
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mult) and \
+                ast.unparse(node.right) == "GiB_bytes" and _int_of(node.left) is not None:
+            entry["min_memory_gib"] = _int_of(node.left)
+        if isinstance(node, ast.Compare) and isinstance(node.ops[0], ast.NotIn) and \
+                isinstance(node.left, ast.Constant):
+            entry["not_named"].append(node.left.value)
+    return entry
+
+
+def _branch(body: list[ast.stmt], test: ast.expr | None) -> dict:
+    entry = _class_of(test)
+    for statement in body:
+        if isinstance(statement, ast.Assign | ast.AnnAssign) and statement.value is not None:
+            target = statement.targets[0] if isinstance(statement, ast.Assign) else statement.target
+            name = ast.unparse(target)
+            if name in ("default_max_num_batched_tokens", "default_max_num_seqs"):
+                entry[name.removeprefix("default_")] = _server_value(statement.value)
+    return entry
+
+
+def batch_classes(text: str) -> list[dict]:
+    r"""The API server's batch defaults per GPU class, from arg_utils.py's source, most memory
+    first.
+
+    Example:
+        >>> code = "\n".join([
+        ...     'if device_memory >= 70 * GiB_bytes and "a100" not in device_name:',
+        ...     "    default_max_num_batched_tokens = {UsageContext.OPENAI_API_SERVER: 8192}",
+        ...     "else:",
+        ...     "    default_max_num_batched_tokens = {UsageContext.OPENAI_API_SERVER: 2048}"])
+        >>> [(c["min_memory_gib"], c["not_named"], c["max_num_batched_tokens"])
+        ...  for c in batch_classes(code)]
+        [(70, ['a100'], 8192), (0, [], 2048)]
+    """
+    for node in ast.walk(ast.parse(text)):
+        if not (isinstance(node, ast.If) and "device_memory" in ast.unparse(node.test)):
+            continue
+        classes = []
+        branch: ast.If | None = node
+        while branch is not None:
+            classes.append(_branch(branch.body, branch.test))
+            rest = branch.orelse
+            if len(rest) == 1 and isinstance(rest[0], ast.If):
+                branch = rest[0]
+            else:
+                if rest:
+                    classes.append(_branch(rest, None))
+                branch = None
+        return classes
+    return []
+
+
+def chunked_prefill(text: str) -> list[str]:
+    r"""What ``enable_chunked_prefill`` is set to when not given: each expression under an
+    ``if self.enable_chunked_prefill is None``, in source order (a name resolved to what it
+    was assigned).
+
+    Example:
+        >>> chunked_prefill("\n".join(["d = m.is_chunked_prefill_supported",
+        ...     "if self.enable_chunked_prefill is None:", "    self.enable_chunked_prefill = d"]))
+        ['m.is_chunked_prefill_supported']
+    """
+    tree = ast.parse(text)
+    names = {ast.unparse(n.targets[0]): n.value for n in ast.walk(tree)
+             if isinstance(n, ast.Assign) and len(n.targets) == 1}
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and \
+                ast.unparse(node.test) == "self.enable_chunked_prefill is None":
+            for statement in node.body:
+                if isinstance(statement, ast.Assign) and \
+                        ast.unparse(statement.targets[0]) == "self.enable_chunked_prefill":
+                    value = statement.value
+                    if isinstance(value, ast.Name) and value.id in names:
+                        value = names[value.id]
+                    found.append((statement.lineno, ast.unparse(value)))
+    return [text for _, text in sorted(found)]
+
+
+#: The names ``_set_cudagraph_sizes`` builds the capture sizes and their largest size in.
+SIZE_NAMES = ("cudagraph_capture_sizes", "cuda_graph_sizes", "batch_size_capture_list")
+MAX_NAMES = ("max_graph_size", "max_cudagraph_capture_size", "default_max_graph_size")
+
+
+def cuda_graphs(package: Path) -> dict | None:
+    """The default CUDA graph capture sizes, as ``_set_cudagraph_sizes`` writes them: its
+    assignments to the largest size (``max_size``) and to the list (``sizes``), in order,
+    without the branches for sizes the user gave or the interactivity mode."""
+    for name in ("config/vllm.py", "config/__init__.py", "config.py"):
+        found = _read(package, name)
+        if not found or "def _set_cudagraph_sizes" not in found[0]:
+            continue
+        for node in ast.walk(ast.parse(found[0])):
+            if not (isinstance(node, ast.FunctionDef) and node.name == "_set_cudagraph_sizes"):
+                continue
+            sizes, largest = [], []
+            for statement in ast.walk(node):
+                if not isinstance(statement, ast.Assign | ast.AugAssign):
+                    continue
+                target = statement.targets[0] if isinstance(statement, ast.Assign) \
+                    else statement.target
+                value = ast.unparse(statement.value)
+                if any(word in value for word in ("interactivity", "dedup", "self.compilation")):
+                    continue
+                line = (statement.lineno, ("+= " if isinstance(statement, ast.AugAssign)
+                                           else "") + value)
+                if ast.unparse(target) in SIZE_NAMES and ("range(" in value or "[1, 2, 4]"
+                                                          in value):
+                    sizes.append(line)
+                elif (ast.unparse(target) in MAX_NAMES and "min(" in value) or \
+                        ast.unparse(target) == "default_max_graph_size":
+                    largest.append(line)
+            return {"from": f"{found[1]} _set_cudagraph_sizes",
+                    "max_size": [text for _, text in sorted(largest)],
+                    "sizes": [text for _, text in sorted(sizes)]}
+    return None
 
 
 def from_flags(path: Path) -> dict:

@@ -23,6 +23,7 @@ sorted and stable, so regenerating an unchanged release changes nothing.
 from __future__ import annotations
 
 import argparse
+import ast
 import importlib
 import json
 import os
@@ -60,11 +61,28 @@ DEPRECATED = re.compile(r"\b(is|are|has been|was) deprecated\b|^\W*deprecated\b"
 DEFAULT_MAX = 120
 
 
+def _is_part_of(missing: str | None, module: str) -> bool:
+    """Whether the module that was not found is ``module`` or a package above it.
+
+    Example:
+        >>> _is_part_of("vllm.entrypoints.common", "vllm.entrypoints.common.cli_args")
+        True
+        >>> _is_part_of("gguf", "vllm.entrypoints.openai.cli_args")
+        False
+    """
+    return missing is not None and (module == missing or module.startswith(missing + "."))
+
+
 def build_parser() -> tuple[argparse.ArgumentParser, str]:
     """vLLM's ``serve`` parser, and the module it came from."""
     flexible = None
     for name in FLEXIBLE_MODULES:
-        module = importlib.import_module(name)
+        try:
+            module = importlib.import_module(name)
+        except ModuleNotFoundError as err:  # 0.11 keeps it in vllm.utils
+            if not _is_part_of(err.name, name):
+                raise
+            continue
         flexible = getattr(module, "FlexibleArgumentParser", None)
         if flexible is not None:
             break
@@ -73,7 +91,9 @@ def build_parser() -> tuple[argparse.ArgumentParser, str]:
     for name in PARSER_MODULES:
         try:
             module = importlib.import_module(name)
-        except ImportError:
+        except ModuleNotFoundError as err:  # the module itself, not one it imports
+            if not _is_part_of(err.name, name):
+                raise
             continue
         return module.make_arg_parser(flexible()), f"{name}.make_arg_parser"
     raise SystemExit(f"this vLLM has none of {', '.join(PARSER_MODULES)}")
@@ -222,6 +242,75 @@ def engine_choices(module: str, attribute: str) -> list[str] | None:
     return [str(value) for value in values]
 
 
+#: Where a release's source adds its serve flags (read by :func:`source_flags`).
+SOURCE_FILES = ["engine/arg_utils.py", "entrypoints/openai/cli_args.py",
+                "entrypoints/launchers/cli_args.py", "entrypoints/common/cli_args.py"]
+SWITCH_ACTIONS = {"store_true", "store_false", "BooleanOptionalAction", "EnableDisableAction"}
+
+
+def _bool_fields(package: Path) -> set[str]:
+    """Names of every ``name: bool`` class field in the release's config and argument code."""
+    found = set()
+    files = [*(package / "vllm" / "config").glob("**/*.py"),
+             *[package / "vllm" / name for name in SOURCE_FILES], package / "vllm" / "config.py"]
+    for path in files:
+        if not path.is_file():
+            continue
+        for node in ast.walk(ast.parse(path.read_text(errors="replace"))):
+            if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and \
+                    ast.unparse(node.annotation) in ("bool", "bool | None", "Optional[bool]"):
+                found.add(node.target.id)
+    return found
+
+
+def source_flags(package: Path) -> dict[str, dict[str, Any]]:
+    """The serve flags a release's source adds, read with ``ast`` (no import): every literal
+    ``--name`` given to ``add_argument``, a switch when its action is one or the config field it
+    spreads (``**kwargs["field"]``) is a ``bool`` (then ``no-name`` too), and the fields of a
+    ``FrontendArgs`` dataclass. Types, choices and defaults stay unknown (None)."""
+    bools = _bool_fields(package)
+    flags: dict[str, dict[str, Any]] = {}
+
+    def add(name: str, switch: bool, negatable: bool, dest: str) -> None:
+        entry = {"takes_value": not switch, "nargs": 0 if switch else None, "choices": None,
+                 "type": None, "accepts_none": False, "default": None, "deprecated": False,
+                 "help": "", "action": "from source", "dest": dest}
+        flags.setdefault(name, entry)
+        if negatable:
+            flags.setdefault(f"no-{name}", dict(entry, negates=name))
+
+    for relative in SOURCE_FILES:
+        path = package / "vllm" / relative
+        if not path.is_file():
+            continue
+        tree = ast.parse(path.read_text(errors="replace"))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ClassDef) and node.name == "FrontendArgs":
+                for item in node.body:
+                    if isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name):
+                        switch = ast.unparse(item.annotation) == "bool"
+                        add(item.target.id.replace("_", "-"), switch, switch, item.target.id)
+            if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                    and node.func.attr == "add_argument"):
+                continue
+            names = [a.value[2:] for a in node.args
+                     if isinstance(a, ast.Constant) and isinstance(a.value, str)
+                     and a.value.startswith("--")]
+            if not names:
+                continue
+            action = next((ast.unparse(k.value).strip("'\"").rsplit(".", 1)[-1]
+                           for k in node.keywords if k.arg == "action"), None)
+            spread = next((k.value for k in node.keywords if k.arg is None), None)
+            field = (spread.slice.value if isinstance(spread, ast.Subscript)
+                     and isinstance(spread.slice, ast.Constant) else None)
+            switch = action in SWITCH_ACTIONS or (action is None and field in bools)
+            negatable = action in ("BooleanOptionalAction", None) and switch
+            dest = field or names[0].replace("-", "_")
+            for name in names:
+                add(name, switch, negatable and not name.startswith("no-"), dest)
+    return dict(sorted(flags.items()))
+
+
 def release(version: str) -> str:
     """A version without its local part: ``0.32.0+cpu`` → ``0.32.0``.
 
@@ -236,7 +325,24 @@ def main(argv: list[str] | None = None) -> int:
     """Write the list; print where it went."""
     cli = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     cli.add_argument("--out", type=Path, default=ROOT / "fleet" / "vllm_flags")
+    cli.add_argument("--built-from", help="how the vLLM imported here was made (recorded)")
+    cli.add_argument("--source", type=Path,
+                     help="read a release's source folder with ast instead of importing vLLM")
+    cli.add_argument("--version", help="with --source: the release's version")
     args = cli.parse_args(argv)
+    if args.source:
+        if not args.version:
+            cli.error("--source needs --version")
+        document = {
+            "vllm_version": args.version,
+            "built_from": args.built_from or f"the source in {args.source}",
+            "method": "source (ast): flag names and switches only; types, choices and "
+                      "defaults unknown",
+            "parser": None,
+            "generated_by": "scripts/gen_vllm_flags.py --source",
+            "flags": source_flags(args.source),
+        }
+        return _write(args.out, document)
     # vLLM reads attribute docstrings into help texts only when "--help" is on the command
     # line (engine/arg_utils.py, NEEDS_HELP); without them, most flags would have no help.
     saved = sys.argv
@@ -254,17 +360,25 @@ def main(argv: list[str] | None = None) -> int:
         distribution = sorted(packages_distributions().get("vllm", ["vllm"]))[0]
     except Exception:  # only a label in the output
         distribution = "vllm"
+    built = f"{distribution} {vllm.__version__}, python {platform.python_version()}" + (
+        f", VLLM_TARGET_DEVICE={device}" if (device := os.environ.get("VLLM_TARGET_DEVICE"))
+        else "")
     document = {
         "vllm_version": version,
-        "built_from": f"{distribution} {vllm.__version__}, python {platform.python_version()}"
-        + (f", VLLM_TARGET_DEVICE={device}" if (device := os.environ.get("VLLM_TARGET_DEVICE"))
-           else ""),
+        "built_from": f"{args.built_from} ({built})" if args.built_from else built,
+        "method": "parser: the release's own serve argument parser, imported",
         "parser": source,
         "generated_by": "scripts/gen_vllm_flags.py",
         "flags": describe(parser),
     }
-    args.out.mkdir(parents=True, exist_ok=True)
-    target = args.out / f"{version}.json"
+    return _write(args.out, document)
+
+
+def _write(out: Path, document: dict[str, Any]) -> int:
+    """Write one flag list; print where it went."""
+    out.mkdir(parents=True, exist_ok=True)
+    version = document["vllm_version"]
+    target = out / f"{version}.json"
     target.write_text(json.dumps(document, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
     print(f"{target}: {len(document['flags'])} flags of vLLM {version}")
     return 0

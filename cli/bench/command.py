@@ -36,6 +36,7 @@ from rich.progress import (
     TimeElapsedColumn,
 )
 
+from cli.bench import compare, plancommand
 from cli.bench import report as reports
 from cli.bench.gpu import nvidia_smi_command
 from cli.bench.prompts import PromptError, load_jsonl, synthetic_prompts
@@ -73,6 +74,8 @@ def add_parser(sub: Any, default_fleet: str) -> None:
     where.add_argument("--server", help="HOST/SERVER (or SERVER) of the fleet file")
     where.add_argument("--url", help="base URL of an OpenAI-compatible server instead")
     where.add_argument("--endpoint", help="an endpoint of the fleet file: through its router")
+    where.add_argument("--compare", nargs=2, metavar=("RUN_A", "RUN_B"),
+                       help="what changed between two run directories of --plan")
     bench.add_argument("--model", help="model name (--url; default: the server's first)")
     bench.add_argument("--api-key-env", metavar="VAR",
                        help="environment variable holding the API key (--url)")
@@ -117,6 +120,7 @@ def add_parser(sub: Any, default_fleet: str) -> None:
     bench.add_argument("--sample-interval", type=float, default=1.0,
                        help="seconds between /metrics and GPU samples")
     bench.add_argument("--no-progress", action="store_true", help="no progress bar")
+    plancommand.add_arguments(bench)
     bench.set_defaults(func=cmd_bench)
 
 
@@ -350,6 +354,14 @@ def _prompts(args: argparse.Namespace, target: Any, notes: list[str]) -> list[An
 
 def cmd_bench(args: argparse.Namespace) -> int:
     """Run the benchmark; exit 1 if it could not run or every request failed."""
+    if args.compare:
+        return compare.cmd_compare(*args.compare)
+    if args.plan is not None:
+        try:
+            return plancommand.cmd_plan(args, resolve_target, RichProgress, _prompts)
+        except BenchError as error:
+            err.print(f"[bold red]fleet bench --plan:[/] {error}", markup=True)
+            return 1
     try:
         steps = steps_from_args(args)
         slo = parse_slo(args.slo) if args.slo else None

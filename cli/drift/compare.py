@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from cli.models import undeclared
+from fleet.health import gpu_problems, pcie_text
 from fleet.hostplan import HostPlan
 from fleet.plan import gib
 from fleet.stack import (
@@ -393,6 +394,26 @@ def upstream_release(version: str) -> str:
     return version.split("+", 1)[0]
 
 
+def _gpu_health_rows(host: str, plan: HostPlan, facts: dict[str, Any]) -> Iterator[Row]:
+    """Each card's PCIe link against its maximum and its uncorrected ECC errors
+    (:func:`fleet.health.gpu_problems`); nothing on hosts without the NVIDIA stack."""
+    if plan.stack.nvidia is None or "health" not in facts:
+        return
+    health = facts["health"] or {"gpus": [], "error": "not read"}
+    if health.get("error") and not health["gpus"]:
+        yield Row(host, "gpu health", "readable", health["error"], ERROR)
+    for gpu in health["gpus"]:
+        problems = gpu_problems(gpu)
+        ecc = gpu.get("ecc") or {}
+        errors = [ecc.get("uncorrected_volatile"), ecc.get("uncorrected_aggregate")]
+        actual = "; ".join(problems) or (
+            f"{pcie_text(gpu)}, ECC uncorrected "
+            + ("?" if None in errors else str(sum(errors)))
+        )
+        yield Row(host, f"gpu{gpu['index']} health", "PCIe at its max, no uncorrected ECC",
+                  actual, DRIFT if problems else OK)  # fmt: skip
+
+
 def compare(plan: HostPlan, facts: dict[str, Any]) -> list[Row]:
     """Every row of one host: its plan (``host.data.fleet``) against its gathered facts."""
     host = plan.host
@@ -407,6 +428,7 @@ def compare(plan: HostPlan, facts: dict[str, Any]) -> list[Row]:
     rows += _retired_rows(host, plan, facts)
     rows += _undeclared_model_rows(host, plan, facts)
     rows += _router_rows(host, plan, facts)
+    rows += _gpu_health_rows(host, plan, facts)
     return rows
 
 

@@ -31,6 +31,7 @@ from cli.drift.compare import (
     watched_units,
 )
 from cli.models import INSTALLER
+from facts.gpuhealth import GpuHealth
 from facts.gpus import NvidiaSmiGpus, PciGpus
 from facts.host import CpuGovernor, FileDigests, FleetServerUnits, UnitStates
 from facts.models import InstalledModels
@@ -76,6 +77,7 @@ def gather(pyinfra_host: Any, plan: HostPlan) -> dict[str, Any]:
         facts["smi"] = get(NvidiaSmiGpus)
         facts["loaded"] = get(NvidiaDriverLoaded)
         facts["fabric_manager"] = get(FabricManager)
+        facts["health"] = get(GpuHealth)
         with contextlib.suppress(ValueError):
             packages += host_driver_layout(plan, facts).packages
     if stack.cuda:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import shlex
 
+import pytest
 from conftest import Target
 
 from cli.remote import REQUEST_COMMAND
@@ -27,6 +28,12 @@ def http(target: Target, path: str, body: dict | None = None, auth: bool = True)
     result = target.host.run(command)
     assert result.rc == 0, result.stderr
     return json.loads(result.stdout)
+
+
+def serves_api(target: Target) -> None:
+    """Skip an API test on a group worker: it joins the head headless, the head serves."""
+    if target.server.role == "worker":
+        pytest.skip(f"a group worker has no API: {target.server.group.head} serves the group")
 
 
 def test_unit_is_active(target: Target) -> None:
@@ -54,6 +61,7 @@ def test_runs_as_the_service_user(target: Target) -> None:
 
 
 def test_port_is_listened_on_by_the_vllm_process(target: Target) -> None:
+    serves_api(target)
     port = target.server.port
     bind = target.server.host
     socket = target.host.socket(f"tcp://{bind}:{port}")
@@ -66,10 +74,12 @@ def test_port_is_listened_on_by_the_vllm_process(target: Target) -> None:
 
 
 def test_health_answers_200(target: Target) -> None:
+    serves_api(target)
     assert http(target, "/health", auth=False)["status"] == 200
 
 
 def test_models_lists_the_served_name(target: Target) -> None:
+    serves_api(target)
     reply = http(target, "/v1/models")
     assert reply["status"] == 200, reply
     names = [model["id"] for model in json.loads(reply["body"])["data"]]
@@ -77,6 +87,7 @@ def test_models_lists_the_served_name(target: Target) -> None:
 
 
 def test_completion_returns_tokens(target: Target) -> None:
+    serves_api(target)
     body = {"model": target.server.served_name, "prompt": "Hello", "max_tokens": 8}
     reply = http(target, "/v1/completions", body)
     assert reply["status"] == 200, reply
@@ -93,6 +104,7 @@ def test_installed_vllm_is_the_pinned_one(target: Target) -> None:
 
 
 def test_api_key_is_required_when_declared(target: Target) -> None:
+    serves_api(target)
     if not target.server.has_api_key:
         reply = http(target, "/v1/models", auth=False)
         assert reply["status"] == 200

@@ -4,10 +4,14 @@ Deploys the committed tiny model to the session's shared vLLM host (tests/e2e/co
 server ``bench`` on port 18300, retiring the servers of a module before; a name of its own, so
 that no module's server inherits another's saved configuration), then runs one short ladder (1, 2)
 with the fleet's API key, and one step through an SSH local port forward over the host's sshd.
+Then ``fleet bench --plan`` with a plan file on the whole host (baseline of 3, ladder 1, 2, a
+6-second soak; stage 3 has nothing to share with), checking its run directory, the unit's memory
+sampled over SSH, and ``--compare`` of the run with itself (about 10 s more).
 """
 
 from __future__ import annotations
 
+import csv
 import json
 import subprocess
 import sys
@@ -15,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from cli.status.startup import starts
 from tests.support import e2e
 
 pytestmark = pytest.mark.e2e
@@ -124,3 +129,138 @@ def test_bench_through_an_ssh_port_forward(deployed: Path, tmp_path: Path) -> No
     assert report["steps"][0]["ok"] == 3
     assert any("SSH port forward" in note for note in report["notes"])
     assert str(SERVER_PORT) not in report["target"]["url"]  # a local port, not the server's
+
+
+PLAN = """\
+baseline: {requests: 3}
+ladder: {concurrency: "1,2", requests: 4}
+soak: {duration: 6s, windows: 6}
+"""
+
+
+@pytest.fixture(scope="module")
+def plan_run(deployed: Path, tmp_path_factory: pytest.TempPathFactory):
+    """``fleet bench --plan`` with a plan file (short ladder, a 6 s soak) on the whole host."""
+    root = tmp_path_factory.mktemp("plan")
+    (root / "plan.yaml").write_text(PLAN)
+    out = root / "run"
+    result = e2e.run([sys.executable, "-m", "cli.main", "bench", str(deployed), "--plan",
+                      str(root / "plan.yaml"), "--server", HOST, "--input-len", "32",
+                      "--output-len", str(OUTPUT_LEN), "--out", str(out), "--no-progress",
+                      "--sample-interval", "0.5"], deployed, ENV, timeout=300)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    return result, out, json.loads((out / "results.json").read_text())
+
+
+def test_plan_runs_every_stage_on_the_hosts_server(plan_run) -> None:
+    _, _, results = plan_run
+    assert list(results["servers"]) == [f"{HOST}/bench"]
+    server = results["servers"][f"{HOST}/bench"]
+    assert server["baseline"]["ok"] == 3 and server["baseline"]["concurrency"] == 1
+    assert [s["load"] for s in server["ladder"]["steps"]] == [1, 2]
+    assert all(s["failed"] == 0 for s in server["ladder"]["steps"])
+    soak = server["soak"]
+    knee = server["ladder"]["knee"]["load"] or 2  # no knee: the top of the ladder
+    assert soak["load"] == knee and soak["duration_s"] == 6
+    assert soak["requests"] >= 3 and soak["error_rate"] == 0
+    assert len(soak["windows"]) == 6 and sum(w["requests"] for w in soak["windows"]) == \
+        soak["requests"]
+    # one server on the host: nothing shares its CPU, and the report says so
+    assert results["mixed"] == []
+    assert any("stage 3 skipped" in note for note in results["notes"])
+
+
+def test_plan_samples_the_units_memory_over_ssh(plan_run) -> None:
+    _, _, results = plan_run
+    memory = results["servers"][f"{HOST}/bench"]["soak"]["memory"]
+    assert "the unit's" in memory["source"]  # over SSH, not the API process's /metrics
+    assert memory["mib"]["samples"] >= 3
+    # the CPU vLLM (API server + engine core) holds hundreds of MiB, far below the host's RAM
+    assert 100 < memory["mib"]["first"] < 64 * 1024
+
+
+def test_plan_run_directory_is_consistent(plan_run) -> None:
+    result, out, results = plan_run
+    server = results["servers"][f"{HOST}/bench"]
+    ladder = list(csv.DictReader((out / "ladder.csv").open()))
+    assert [int(r["load"]) for r in ladder] == [1, 2]
+    assert [float(r["output_tokens_per_s"]) for r in ladder] == pytest.approx(
+        [s["output_tokens_per_s"] for s in server["ladder"]["steps"]])
+    soak = list(csv.DictReader((out / "soak.csv").open()))
+    assert len(soak) == 6
+    for name in ("ladder-e2e-vllm-bench.png", "soak-e2e-vllm-bench.png"):
+        assert (out / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    report = (out / "report.md").read_text()
+    assert report.index("## Summary") < report.index("### Stage 0") < \
+        report.index("### Stage 1") < report.index("### Stage 2")
+    assert "(ladder-e2e-vllm-bench.png)" in report and "(soak-e2e-vllm-bench.png)" in report
+    every = "".join(p.read_text(errors="replace") for p in out.iterdir() if p.suffix != ".png")
+    assert API_KEY not in every + result.stdout + result.stderr
+
+
+def test_compare_a_run_with_itself_changes_nothing(plan_run, deployed: Path) -> None:
+    _, out, _ = plan_run
+    result = e2e.run([sys.executable, "-m", "cli.main", "bench", "--compare", str(out),
+                      str(out)], deployed, ENV, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert "0 worse, 0 better" in result.stdout
+
+
+# --- fleet status on the same deployed server (after the ladder: its TTFT histogram is filled) --
+
+
+def status(fleet: Path, *extra: str) -> tuple[subprocess.CompletedProcess, dict | None]:
+    """``fleet status FLEET --json …``: the process and its report."""
+    result = e2e.fleet_cli(fleet, "status", str(fleet), "--json", *extra, env=ENV, timeout=120)
+    return result, json.loads(result.stdout) if result.stdout.startswith("{") else None
+
+
+def test_status_shows_the_live_server(deployed: Path, ladder) -> None:
+    result, report = status(deployed)
+    assert result.returncode == 0, e2e.output(result)[-3000:]
+    (row,) = report["servers"]
+    assert (row["host"], row["server"], row["health"], row["model"], row["port"]) == (
+        HOST, "bench", "up", "tiny-bench", SERVER_PORT)
+    assert row["state"] == "active (running)" and isinstance(row["restarts"], int)
+    assert (row["running"], row["waiting"], row["preemptions"]) == (0, 0, 0)
+    assert 0 <= row["kv_cache_pct"] < 100
+    # the ladder's requests, on 2 busy cores: a TTFT p50 since start, in seconds
+    assert 0 < row["ttft_p50_s"] < 5 and row["ttft_window_s"] is None
+    assert report["gpus"] == [] and report["unreachable"] == {}
+    assert API_KEY not in result.stdout + result.stderr
+
+
+def test_status_screen_names_the_server_and_its_figures(deployed: Path, ladder) -> None:
+    result = e2e.fleet_cli(deployed, "status", str(deployed), env=ENV, timeout=120)
+    assert result.returncode == 0, e2e.output(result)[-3000:]
+    print(result.stdout)  # the screen docs/status.md shows (pytest -rP prints it)
+    line = next(line for line in result.stdout.splitlines() if f"{HOST}/bench" in line)
+    assert "up" in line and "tiny-bench" in line and "since start" in line
+    assert "active (running)" in line
+
+
+def test_status_startup_cuts_the_last_start_into_phases(deployed: Path, ladder) -> None:
+    result, report = status(deployed, "--startup")
+    assert result.returncode == 0, e2e.output(result)[-3000:]
+    start = report["startup"][f"{HOST}/bench"][-1]
+    assert start["version"] == "0.32.0" and start["ready"]
+    phases = start["phases"]
+    for phase in ("process start", "weight loading", "compile + profile", "KV cache + warmup",
+                  "API server", "first completion"):
+        assert phases[phase] is not None and phases[phase] >= 0, (phase, phases)
+    assert phases["CUDA graph capture"] is None  # the CPU build captures no graph
+    assert 5 < start["total_s"] < 600
+    journal = e2e.on_host("journalctl -u vllm-bench.service -o short-iso-precise --no-pager")
+    print("=== journal of vllm-bench.service ===\n" + journal.stdout)  # pytest -rP shows it
+    assert starts(journal.stdout.splitlines())[-1].to_json() == start
+
+
+def test_stopped_server_shows_as_down(deployed: Path, ladder) -> None:
+    """Last in the module: the next module's deploy starts its own servers."""
+    stopped = e2e.on_host("systemctl stop vllm-bench.service")
+    assert stopped.returncode == 0, stopped.stderr
+    result, report = status(deployed)
+    assert result.returncode == 2, e2e.output(result)[-3000:]
+    (row,) = report["servers"]
+    assert (row["health"], row["state"]) == ("down", "inactive (dead)")
+    assert row["running"] is None  # nothing answered /metrics

@@ -47,7 +47,11 @@ defaults:
   vllm: {{version: "0.32.0", variant: cpu, cpu_kvcache_space_gib: 1}}
 models:
   tiny-a: {{url: "http://127.0.0.1:{port}/tiny-llama.tar.gz", sha256: "{sha_a}"}}
-  tiny-b: {{url: "http://127.0.0.1:{port}/{file_b}", sha256: "{sha_b}", keep: 1}}
+  tiny-b:
+    url: "http://127.0.0.1:{port}/{file_b}"
+    sha256: "{sha_b}"
+    keep: 1
+    download: {{retries: 4, retry_wait: 1}}   # waits 1+2+4+8 s, not the default's 90 s
 hosts:
   {host}:
     address: sandbox
@@ -221,6 +225,7 @@ def test_truncated_transfer_keeps_serving(converged, fleet_dir: Path, server: Fa
     text = output(result)
     assert result.returncode != 0
     assert "is truncated: 97.66 KiB of" in text, text[-4000:]
+    assert "arrived after 5 attempts" in text, text[-4000:]  # 1 + download.retries
     assert "the next deploy resumes from byte 100000" in text
     assert_beta_keeps_serving(before)
     on_host(f"rm -f {MODELS}/.staging/tiny-b-*.partial*")
@@ -365,7 +370,9 @@ def alpha_only(path: Path) -> Path:
     text = write_fleet(path).read_text()
     lines = text.splitlines(keepends=True)
     beta = next(i for i, line in enumerate(lines) if line.strip() == "beta:")
-    kept = [line for line in lines[:beta] if not line.lstrip().startswith("tiny-b:")]
+    start = next(i for i, line in enumerate(lines) if line.strip() == "tiny-b:")
+    end = next(i for i in range(start + 1, len(lines)) if not lines[i].startswith("    "))
+    kept = lines[:start] + lines[end:beta]
     path.write_text("".join(kept))
     return path
 

@@ -7,12 +7,16 @@ first chunk and empty chunks that carry no token, tokens whose text is empty (pa
 character, as vLLM streams them), the final usage report, an
 HTTP error status, a hang, a stream error object or a dropped connection. With no ``chunks``
 the request's ``max_tokens`` decides. ``/metrics`` answers in vLLM's metric names (the TTFT
-histogram of what it served, preemptions, KV cache usage); ``/tokenize`` and ``/detokenize``
-use one token per word. Used by tests and by ``benchmarks/bench_client_overhead.py``.
+histogram of what it served, preemptions, KV cache usage, the process's resident memory, which
+grows by ``leak_bytes`` a request); ``/tokenize`` and ``/detokenize`` use one token per word.
+Servers given one :class:`SharedDevice` behave like vLLM servers sharing a GPU: up to its
+``capacity`` requests in flight (all servers together) cost nothing extra, beyond it every
+delay stretches in proportion, so throughput saturates there and latency climbs. Used by tests
+and by ``benchmarks/bench_client_overhead.py``.
 
 Example:
     >>> Script.parse("ttft=0.2,itl=0.05,chunks=6,usage=0")
-    Script(ttft=0.2, itl=0.05, chunks=6, tokens_per_chunk=1, role_chunk=True, empty_chunks=False, blank_tokens=False, usage=False, status=200, hang=0.0, error_after=None, drop_after=None, batch=False)
+    Script(ttft=0.2, itl=0.05, chunks=6, tokens_per_chunk=1, role_chunk=True, empty_chunks=False, blank_tokens=False, usage=False, status=200, hang=0.0, error_after=None, drop_after=None, batch=False, fail_every=None, drift=0.0)
 
 Run one from a shell: ``python -m cli.bench.fakeserver --port 18390 --batch``.
 """  # noqa: E501
@@ -31,6 +35,8 @@ from typing import Any
 
 from aiohttp import web
 
+#: Resident memory the fake server reports before any request.
+RSS_BYTES = 512 * 1024 * 1024
 TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0)
 
 
@@ -53,6 +59,8 @@ class Script:
     + error_after: send an error object after this many token chunks
     + drop_after: close the connection after this many token chunks
     + batch: write the whole stream at once (fast; for client overhead benchmarks)
+    + fail_every: answer every Nth request (of the server's) with HTTP 503
+    + drift: delays grow by this fraction per second since the server's first request
     """
 
     ttft: float = 0.0
@@ -68,6 +76,8 @@ class Script:
     error_after: int | None = None
     drop_after: int | None = None
     batch: bool = False
+    fail_every: int | None = None
+    drift: float = 0.0
 
     @classmethod
     def parse(cls, text: str, base: Script | None = None) -> Script:
@@ -111,11 +121,48 @@ def _no_token_chunk(chat: bool) -> bytes:
     return b"data: " + json.dumps(body).encode() + b"\n\n"
 
 
+class SharedDevice:
+    """A GPU that several fake servers share: delays stretch once too many requests are in flight.
+
+    + capacity: requests in flight (over every server on it) that run at full speed
+
+    Example:
+        >>> device = SharedDevice(capacity=4)
+        >>> device.enter(); device.enter(); device.stretch()
+        1.0
+        >>> for _ in range(6): device.enter()
+        >>> device.stretch()
+        2.0
+    """
+
+    def __init__(self, capacity: int = 4):
+        self.capacity = capacity
+        self.in_flight = 0
+        self._lock = threading.Lock()
+
+    def enter(self) -> None:
+        """A request starts."""
+        with self._lock:
+            self.in_flight += 1
+
+    def leave(self) -> None:
+        """A request ends."""
+        with self._lock:
+            self.in_flight -= 1
+
+    def stretch(self) -> float:
+        """How much longer every delay is now: 1 up to capacity, then in_flight / capacity."""
+        return max(1.0, self.in_flight / self.capacity)
+
+
 class FakeServer:
     """The server: start it in a background thread (tests) or serve it in the foreground.
 
     + port: TCP port on 127.0.0.1 (0: a free one; see :attr:`port` once started)
     + script: the default script of every request
+    + api_key: the bearer token it requires (None: none)
+    + device: the shared GPU it runs on (None: it has one to itself, with no limit)
+    + leak_bytes: resident memory it gains per request (``/metrics``)
 
     Example (starts a real server, so not run here):
         with FakeServer(script=Script(ttft=0.1, itl=0.02)) as server:
@@ -123,8 +170,12 @@ class FakeServer:
     """
 
     def __init__(self, port: int = 0, script: Script | None = None,
-                 api_key: str | None = None):
+                 api_key: str | None = None, device: SharedDevice | None = None,
+                 leak_bytes: int = 0):
         self.port = port
+        self.device = device
+        self.leak_bytes = leak_bytes
+        self._first: float | None = None
         self.script = script or Script()
         self.api_key = api_key
         self.requests = 0
@@ -188,6 +239,8 @@ class FakeServer:
         lines.append(f"vllm:num_preemptions_total{{{labels}}} {self.requests // 2}")
         lines.append(f"vllm:kv_cache_usage_perc{{{labels}}} {self.in_flight / 10}")
         lines.append(f"vllm:num_requests_running{{{labels}}} {self.in_flight}")
+        lines.append("# TYPE process_resident_memory_bytes gauge")
+        lines.append(f"process_resident_memory_bytes {RSS_BYTES + self.leak_bytes * self.requests}")
         return web.Response(text="\n".join(lines) + "\n")
 
     async def _complete(self, request: Any) -> Any:
@@ -199,9 +252,12 @@ class FakeServer:
             return web.json_response({"error": "Unauthorized"}, status=401)
         if script.hang:
             await asyncio.sleep(script.hang)
-        if script.status != 200:
+        failing = script.fail_every and (self.requests + 1) % script.fail_every == 0
+        if failing:
+            self.requests += 1
+        if script.status != 200 or failing:
             return web.json_response({"error": {"message": "scripted failure"}},
-                                     status=script.status)
+                                     status=503 if failing else script.status)
         chat = request.path.endswith("/chat/completions")
         max_tokens = int(body.get("max_completion_tokens") or body.get("max_tokens") or 16)
         chunks = script.chunks or max(1, max_tokens // script.tokens_per_chunk)
@@ -209,6 +265,10 @@ class FakeServer:
         self.requests += 1
         self.in_flight += 1
         start = time.perf_counter()
+        if self._first is None:
+            self._first = start
+        if self.device is not None:
+            self.device.enter()
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         try:
             await response.prepare(request)
@@ -224,6 +284,10 @@ class FakeServer:
                 await send(_chunk(chat, "", role=True))
             for index in range(chunks):
                 delay = script.ttft if index == 0 else script.itl
+                if delay and self.device is not None:
+                    delay *= self.device.stretch()
+                if delay and script.drift:
+                    delay *= 1 + script.drift * (time.perf_counter() - self._first)
                 if delay:
                     await asyncio.sleep(delay)
                 if script.error_after is not None and index == script.error_after:
@@ -254,6 +318,8 @@ class FakeServer:
             pass  # the client went away (timeouts, dropped connections): not our failure
         finally:
             self.in_flight -= 1
+            if self.device is not None:
+                self.device.leave()
         return response
 
     async def start_async(self) -> None:

@@ -253,6 +253,15 @@ def test_nearest_older_list_comes_with_a_warning(lists):
     assert "validated with the list of 0.30.0, the nearest older release" in note
 
 
+def test_release_newer_than_every_list_says_so(lists):
+    found, note = select_flag_list("0.40.0", lists)
+    assert found.version == "0.32.0"
+    assert note.startswith("vLLM 0.40.0 is newer than every flag list; flags were validated "
+                           "with the list of 0.32.0")
+    _, between = select_flag_list("0.31.2", lists)
+    assert "newer than every" not in between
+
+
 def test_release_older_than_every_list_is_not_validated(lists):
     found, note = select_flag_list("0.11.0", lists)
     assert found is None
@@ -272,7 +281,7 @@ ERRORS = {
     "unknown-grpc-prot": ({"grpc-prot": 9000}, "unknown flag", "did you mean 'grpc-port'?"),
     "removed-names-replacement": (
         {"disable-log-requests": True},
-        "disable-log-requests was removed in vLLM 0.12.0",
+        "disable-log-requests was removed in vLLM 0.17.0",
         "enable-log-requests: true turns logging on",
     ),
     "removed-task": ({"task": "embed"}, "task was removed", "runner: pooling"),
@@ -363,12 +372,19 @@ def test_release_without_a_list_reports_no_unknown_flags():
 
 
 def test_release_without_a_list_still_catches_flags_removed_before_it():
-    [(_, message, _)] = problems({"disable-log-requests": True}, version="0.13.0")
-    assert "removed in vLLM 0.12.0" in message
+    [(_, message, _)] = problems({"enable-reasoning": True}, version="0.10.1")
+    assert "removed in vLLM 0.10.0" in message
 
 
 def test_release_without_a_list_keeps_flags_removed_after_it():
-    assert problems({"disable-log-requests": True}, version="0.11.0") == []
+    assert problems({"disable-log-requests": True}, version="0.10.1") == []
+
+
+def test_removal_is_where_the_releases_own_lists_say():
+    """0.16.0's own parser still takes disable-log-requests (deprecated); 0.17.0's does not."""
+    assert problems({"disable-log-requests": True}, version="0.16.0") == []
+    [(_, message, _)] = problems({"disable-log-requests": True}, version="0.17.0")
+    assert "removed in vLLM 0.17.0" in message
 
 
 def warnings_of(args: dict[str, Any], version: str) -> list[tuple[Any, ...]]:
@@ -453,7 +469,7 @@ def test_version_warning_is_located_once_at_the_defaults_line():
             """\
             version: 1
             defaults:
-              vllm: {version: "0.11.0", variant: cpu}
+              vllm: {version: "0.10.1", variant: cpu}
             models:
               m: {hf: "org/m", revision: "0123456789abcdef0123456789abcdef01234567"}
             hosts:
@@ -642,8 +658,12 @@ def test_regenerated_list_matches_the_committed_one(real_runs):
     committed = FLAGS_DIR / written.name
     if not committed.exists():
         pytest.skip(f"vLLM {written.stem} at hand has no committed list to compare with")
-    assert written.read_text() == committed.read_text(), (
-        f"fleet/vllm_flags/{written.name} is stale: regenerate it with scripts/gen_vllm_flags.py"
+    # The committed list was made from the published wheel (scripts/gen_vllm_releases.py) and
+    # says so in built_from; the flags the vLLM at hand parses must be exactly its flags.
+    ours, theirs = json.loads(written.read_text()), json.loads(committed.read_text())
+    assert (ours["flags"], ours["parser"]) == (theirs["flags"], theirs["parser"]), (
+        f"fleet/vllm_flags/{written.name} is stale: regenerate it with "
+        "scripts/gen_vllm_releases.py"
     )
 
 

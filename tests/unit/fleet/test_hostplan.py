@@ -31,6 +31,8 @@ FILES = sorted((ROOT / "tests" / "data" / "valid").glob("*.yaml")) + sorted(
 )
 CASES = [(path, name) for path in FILES for name in load_fleet(path).hosts]
 EXAMPLE = ROOT / "inventory" / "examples" / "h200-pair.yaml"
+#: The same deployment over Ray: planned and checked, refused at deploy by this version.
+RAY_EXAMPLE = ROOT / "inventory" / "examples" / "h200-pair-ray.yaml"
 
 
 def ident(case: tuple[Path, str]) -> str:
@@ -107,28 +109,40 @@ def test_servers_of_a_model() -> None:
 # --- rules decided in fleet, not in the deploys ----------------------------------------------
 
 
-def test_a_server_across_hosts_is_a_located_warning() -> None:
+def test_a_server_across_hosts_over_ray_is_a_located_warning() -> None:
     found: list = []
-    load_fleet(EXAMPLE, warnings=found)
-    warnings = [w for w in found if "worker_hosts" in w.path]
+    load_fleet(RAY_EXAMPLE, warnings=found)
+    warnings = [w for w in found if "multinode" in w.path]
     [warning] = warnings
     assert warning.severity == "warning"
-    assert warning.path == ("hosts", "hgx-h200-01", "servers", "deepseek", "worker_hosts")
-    assert warning.line == 76
+    assert warning.path == ("hosts", "hgx-h200-01", "servers", "deepseek", "multinode",
+                            "launcher")
+    assert warning.line == 80
     assert MULTI_NODE_REFUSAL in warning.message
 
 
+def test_a_server_across_hosts_with_the_native_launcher_has_no_warning() -> None:
+    found: list = []
+    load_fleet(EXAMPLE, warnings=found)
+    # TP 8 over an HGX board's two sockets is the one warning: no NUMA binding (fleet.numa).
+    assert [p.message for p in found if "NUMA" not in p.message] == []
+    assert all(p.path[-1] == "gpus" or "NUMA" in p.message for p in found)
+
+
 @pytest.mark.parametrize("command", ["check", "plan"])
-def test_the_example_with_a_server_across_hosts_stays_valid(command: str, capsys) -> None:
-    assert main([command, str(EXAMPLE)]) == 0
-    if command == "check":
+@pytest.mark.parametrize("example", [EXAMPLE, RAY_EXAMPLE], ids=["native", "ray"])
+def test_the_examples_with_a_server_across_hosts_stay_valid(command: str, example, capsys):
+    assert main([command, str(example)]) == 0
+    if command == "check" and example == RAY_EXAMPLE:
         assert "planned and checked, not deployed by this version" in capsys.readouterr().err
 
 
 def test_the_plan_carries_the_same_decision_as_the_warning() -> None:
-    fleet = load_fleet(EXAMPLE)
+    fleet = load_fleet(RAY_EXAMPLE)
     [server] = host_plan(fleet, "hgx-h200-01", secrets=lambda ref: "s").servers
     assert server.refusal is not None and server.refusal.startswith(MULTI_NODE_REFUSAL)
+    [native] = host_plan(load_fleet(EXAMPLE), "hgx-h200-01", secrets=lambda ref: "s").servers
+    assert native.refusal is None
 
 
 CUDA_FLEET = """\

@@ -168,23 +168,23 @@ def workstation():
 @pytest.mark.parametrize(
     ("field", "expected"),
     [
-        # RTX 4090: 24564 MiB in nvidia-smi, less 0.5 GiB the driver keeps from CUDA:
-        # 25,757,220,864 − 536,870,912 = 25,220,349,952 bytes; × 0.92
-        ("budget_bytes", 23_202_721_955),
+        # RTX 4090: CUDA reports 23.55 GiB (vLLM's own log of one, vllm#13061; fleet/memory.py):
+        # int(23.55 × 2^30 × 0.92)
+        ("budget_bytes", 23_263_690_358),
         # weights_gib 15.26 × 2^30
         ("weights_per_gpu_bytes", 16_385_300_234),
         # the profiling peak is the larger of (they run one after the other):
         # activations 2048 tokens × (3 × 4096 + max(3 × 12288, 48 × 128 + 32 × 128)) × 2
-        # = 201,326,592 and the sampler 256 seqs × 151,936 vocab × 32 = 1,244,659,712;
+        # = 201,326,592 and the sampler 256 rows × 151,936 vocab × 24 = 933,494,784;
         # + workspaces 0.15 GiB = 161,061,273 (CUDA graphs are outside the budget in 0.11)
-        ("overhead_bytes", 1_405_720_985),
-        # 23,202,721,955 − 16,385,300,234 − 1,405,720,985
-        ("kv_budget_bytes", 5_411_700_736),
+        ("overhead_bytes", 1_094_556_057),
+        # 23,263,690,358 − 16,385,300,234 − 1,094,556,057
+        ("kv_budget_bytes", 5_783_834_067),
         ("kv_bytes_per_token", 147_456),
-        # 5,411,700,736 // (147,456 × 16) = 2293 blocks of 16; 2293 / 128 blocks per 2048
-        # tokens = 17.9140625 sequences = 36,688 tokens
-        ("kv_cache_tokens", 36_688),
-        ("max_concurrency", 17.9140625),
+        # 5,783,834,067 // (147,456 × 16) = 2451 blocks of 16; 2451 / 128 blocks per 2048
+        # tokens = 19.1484375 sequences = 39,216 tokens
+        ("kv_cache_tokens", 39_216),
+        ("max_concurrency", 19.1484375),
         ("verdict", "fits"),
     ],
 )
@@ -384,7 +384,7 @@ def test_plan_exits_1_when_a_server_does_not_fit(capsys):
 
 def test_plan_shows_the_numbers_of_a_server_that_does_not_fit(capsys):
     main(["plan", str(NOT_FITTING)])
-    assert "box/chat: does not fit — the KV cache holds 16,176 tokens" in capsys.readouterr().out
+    assert "box/chat: does not fit — the KV cache holds 18,640 tokens" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("file", sorted(EXAMPLES.glob("*.yaml")), ids=lambda p: p.stem)

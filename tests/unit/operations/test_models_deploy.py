@@ -69,7 +69,13 @@ def test_missing_model_runs_the_installer(monkeypatch: pytest.MonkeyPatch) -> No
     assert isinstance(command, deploy_models.StreamedCommand)
     text = command.get_raw_value()
     assert "install --name tiny --models-dir /m" in text
-    assert f"--url http://h/t.tar.gz --retries 6 --sha256 {SHA} --unpack yes" in text
+    assert f"--url http://h/t.tar.gz --retries 6 --retry-wait 2 --sha256 {SHA} --unpack yes" in text
+
+
+def test_download_retries_come_from_the_plan(monkeypatch: pytest.MonkeyPatch) -> None:
+    model = plan(url="http://h/t.tar.gz", sha256=SHA, download={"retries": 2, "retry_wait": 0.5})
+    _, (command,) = run_op(monkeypatch, None, model)
+    assert "--retries 2 --retry-wait 0.5 --sha256" in command.get_raw_value()
 
 
 def test_other_version_is_installed(monkeypatch: pytest.MonkeyPatch) -> None:

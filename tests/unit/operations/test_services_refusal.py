@@ -1,5 +1,5 @@
-"""Servers that span hosts are planned but not deployed yet: the plan carries that decision
-(made in fleet), and the deploy turns it into its DeployError before acting."""
+"""Servers that span hosts over Ray are planned but not deployed yet: the plan carries that
+decision (made in fleet), and the deploy turns it into its DeployError before acting."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from fleet.render import host_plan
 from tests.support.opharness import FakeHost
 
 ROOT = Path(__file__).resolve().parents[3]
-EXAMPLE = ROOT / "inventory" / "examples" / "h200-pair.yaml"
+EXAMPLE = ROOT / "inventory" / "examples" / "h200-pair-ray.yaml"
 SANDBOX = ROOT / "inventory" / "sandbox.yaml"
 
 
@@ -28,7 +28,7 @@ def test_multi_node_server_is_refused_before_any_operation() -> None:
     )
     fake = FakeHost({})
     fake.data = {"fleet": host_plan(fleet, head, secrets=lambda ref: "secret")}
-    with ctx_host.use(fake), pytest.raises(DeployError, match="worker_hosts"):
+    with ctx_host.use(fake), pytest.raises(DeployError, match="launcher ray"):
         services._inner(venv_changed=None, models_changed={})
 
 
@@ -36,7 +36,8 @@ def test_the_refusal_is_decided_in_the_plan() -> None:
     fleet = load_fleet(EXAMPLE)
     plans = [host_plan(fleet, name, secrets=lambda ref: "secret") for name in fleet.hosts]
     refused = [server for plan in plans for server in plan.servers if server.refusal]
-    assert [server.worker_hosts for server in refused] == [("hgx-h200-02",)]
+    # the head's unit and the worker's member unit: the whole group is refused
+    assert [server.worker_hosts for server in refused] == [("hgx-h200-02",)] * 2
     assert "not deployed by this version" in refused[0].refusal
 
 

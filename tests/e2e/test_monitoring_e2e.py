@@ -1,0 +1,227 @@
+"""Monitoring for real: Debian's Prometheus and node exporter on the shared vLLM host, scraping
+a real CPU vLLM server, deployed from the fleet file's ``monitoring`` section.
+
+One deploy brings up server ``mon-a``, the node exporter and Prometheus (with Alertmanager),
+all in the monitoring port block (Prometheus and the exporter moved off 9090/9100); a query
+through Prometheus's HTTP API returns the server's ``vllm:`` series with the fleet's labels.
+A second fleet file replaces ``mon-a`` by ``mon-b``: after its deploy ``mon-b`` is a target and
+``mon-a`` is not, and deploying it again changes nothing. A broken configuration is refused by
+the checked installer on the host and the live one keeps working; the TSDB survives a restart;
+a last deploy without ``monitoring`` removes it from the host (the modules after this one
+deploy fleet files without it onto the same host).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.parse
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from fleet.load import load_fleet
+from fleet.monitoring import prometheus_url
+from fleet.paths import PROMETHEUS_CONFIG, PROMETHEUS_DIR, remote_program
+from tests.support import e2e
+
+pytestmark = pytest.mark.e2e
+
+HOST = e2e.VLLM_HOST
+PROMETHEUS_PORT, NODE_PORT, ALERTMANAGER_PORT, PORT_A, PORT_B = e2e.MONITORING_PORTS[:5]
+
+SERVER = """\
+      {name}:
+        model: tiny-llama
+        port: {port}
+        args: {{max-model-len: 512, max-num-seqs: 4, enforce-eager: true}}
+"""
+MONITORING = f"""\
+monitoring:
+  host: {HOST}
+  prometheus: {{port: {PROMETHEUS_PORT}, scrape_interval_s: 2, retention_days: 2}}
+  alertmanager: {{port: {ALERTMANAGER_PORT}}}
+  node_exporter_port: {NODE_PORT}
+  thresholds: {{kv_cache_usage_percent: 90}}
+"""
+
+
+def fleet_text(servers: dict[str, int], monitored: bool = True) -> str:
+    body = "".join(SERVER.format(name=name, port=port) for name, port in servers.items())
+    return f"""\
+version: 1
+defaults:
+  vllm: {{version: "0.32.0", variant: cpu, cpu_kvcache_space_gib: 1}}
+models:
+  tiny-llama:
+    url: "{e2e.TESTMODEL_URL}"
+    sha256: "{e2e.TESTMODEL_SHA}"
+hosts:
+  {HOST}:
+    address: sandbox
+    servers:
+{body}{MONITORING if monitored else ""}"""
+
+
+def deployed(folder: Path, servers: dict[str, int], monitored: bool = True) -> tuple[Path, str]:
+    fleet = folder / "fleet.yaml"
+    fleet.write_text(fleet_text(servers, monitored))
+    start = time.monotonic()
+    result = e2e.deploy(fleet)
+    print(f"deploy {sorted(servers)} monitored={monitored}: {time.monotonic() - start:.0f} s")
+    assert result.returncode == 0, e2e.output(result)[-6000:]
+    return fleet, e2e.output(result)
+
+
+def api(url: str, path: str, **query: str) -> dict:
+    """One call of Prometheus's HTTP API; its ``data``."""
+    address = f"{url}/api/v1/{path}" + (f"?{urllib.parse.urlencode(query)}" if query else "")
+    with urllib.request.urlopen(address, timeout=10) as reply:
+        body = json.load(reply)
+    assert body["status"] == "success", body
+    return body["data"]
+
+
+def targets(url: str) -> dict[tuple[str, str], str]:
+    """The active targets: (job, server or host) → health."""
+    active = api(url, "targets", state="active")["activeTargets"]
+    return {(t["labels"]["job"], t["labels"].get("server", t["labels"]["host"])): t["health"]
+            for t in active}  # fmt: skip
+
+
+def eventually(check, timeout: float = 60):
+    """``check()``'s first truthy answer within ``timeout`` seconds (its last answer fails)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        answer = check()
+        if answer or time.monotonic() > deadline:
+            assert answer, f"still {answer!r} after {timeout} s"
+            return answer
+        time.sleep(1)
+
+
+@pytest.fixture(scope="module")
+def first(vllm_host, testmodel_server, tmp_path_factory) -> str:
+    """The fleet with ``mon-a`` and monitoring, deployed; Prometheus's URL."""
+    fleet, _ = deployed(tmp_path_factory.mktemp("mon-1"), {"mon-a": PORT_A})
+    url = prometheus_url(load_fleet(fleet))
+    assert url == f"http://127.0.0.1:{PROMETHEUS_PORT}"
+    return url
+
+
+def test_prometheus_scrapes_the_server_and_the_node_exporter(first):
+    found = eventually(lambda: (t := targets(first)).get(("vllm", "mon-a")) == "up"
+                       and t.get(("node", HOST)) == "up" and t)  # fmt: skip
+    assert set(found) == {("prometheus", HOST), ("node", HOST), ("vllm", "mon-a")}
+
+
+def test_a_query_returns_the_servers_vllm_series_with_the_fleets_labels(first):
+    result = eventually(
+        lambda: api(first, "query", query='vllm:num_requests_running{server="mon-a"}')["result"]
+    )
+    labels = result[0]["metric"]
+    assert labels["host"] == HOST
+    assert labels["server"] == "mon-a"
+    assert labels["model"] == "tiny-llama"
+    assert labels["job"] == "vllm"
+    assert labels["instance"] == f"127.0.0.1:{PORT_A}"
+
+
+def test_node_exporter_listens_on_the_fleets_port_not_9100(first):
+    listening = e2e.on_host("ss -Hltnp").stdout
+    assert f"127.0.0.1:{NODE_PORT} " in listening and "prometheus-node" in listening
+    assert f"127.0.0.1:{PROMETHEUS_PORT} " in listening
+    assert ":9100 " not in listening and ":9090 " not in listening
+
+
+def test_rules_are_loaded_with_the_fleets_threshold(first):
+    groups = api(first, "rules")["groups"]
+    rules = {rule["name"]: rule for group in groups for rule in group["rules"]}
+    assert "VllmServerDown" in rules and "GpuTemperatureCritical" in rules
+    assert rules["VllmKvCacheHigh"]["query"].endswith("> 90")
+    assert all(rule["health"] == "ok" for rule in rules.values())
+
+
+def test_alertmanager_is_prometheus_alertmanager(first):
+    managers = eventually(lambda: api(first, "alertmanagers")["activeAlertmanagers"])
+    assert managers[0]["url"] == f"http://127.0.0.1:{ALERTMANAGER_PORT}/api/v2/alerts"
+
+
+@pytest.mark.parametrize(
+    "unit", ["prometheus.service", "prometheus-node-exporter.service",
+             "prometheus-alertmanager.service"],
+)  # fmt: skip
+def test_units_are_hardened(first, unit):
+    """``systemd-analyze security`` of each unit with vllm-fleet's drop-in, live (Debian's own:
+    prometheus 4.0, node exporter 9.2, alertmanager 9.2; offline with the drop-ins 1.2–1.5:
+    docs/monitoring.md)."""
+    text = e2e.on_host(f"systemd-analyze security --no-pager {unit} | tail -1").stdout
+    exposure = float(text.split("exposure level for")[1].split(":")[1].split()[0])
+    print(f"{unit}: {text.strip()}")
+    assert exposure <= 2.0, text
+
+
+def test_a_broken_configuration_never_replaces_the_working_one(first):
+    script = remote_program("prometheus_config")
+    before = e2e.on_host(f"sha256sum {PROMETHEUS_CONFIG}").stdout
+    refused = e2e.on_host(
+        f"rm -rf /tmp/broken && mkdir /tmp/broken && cp {PROMETHEUS_DIR}/* /tmp/broken/ && "
+        "printf 'scrape_configs:\\n  - job_name: x\\n    scrape_interval: soon\\n' "
+        ">> /tmp/broken/prometheus.yml && "
+        f"python3 {script} --staged /tmp/broken --live {PROMETHEUS_DIR} "
+        "--files prometheus.yml fleet-rules.yml"
+    )
+    assert refused.returncode == 1, refused.stdout + refused.stderr
+    assert "keeps the working one" in refused.stderr
+    assert e2e.on_host(f"sha256sum {PROMETHEUS_CONFIG}").stdout == before
+    assert targets(first).get(("vllm", "mon-a")) == "up"
+
+
+def test_the_tsdb_survives_a_restart(first):
+    def samples() -> float:
+        result = api(first, "query", query='count_over_time(up{job="node"}[1h])')["result"]
+        return float(result[0]["value"][1]) if result else 0
+
+    before = eventually(lambda: samples() >= 3 and samples())
+    assert e2e.on_host("systemctl restart prometheus.service").returncode == 0
+    e2e.on_host(f"python3 {remote_program('prometheus_config')} --ready "
+                f"http://127.0.0.1:{PROMETHEUS_PORT}/-/ready")  # fmt: skip
+    assert eventually(lambda: samples() >= before and samples()) >= before
+
+
+@pytest.fixture(scope="module")
+def second(first, tmp_path_factory) -> tuple[Path, str]:
+    """``mon-a`` replaced by ``mon-b`` in the fleet file, deployed."""
+    return deployed(tmp_path_factory.mktemp("mon-2"), {"mon-b": PORT_B})
+
+
+def test_a_server_added_appears_and_one_removed_disappears(first, second):
+    found = eventually(lambda: (t := targets(first)).get(("vllm", "mon-b")) == "up" and t)
+    assert ("vllm", "mon-a") not in found
+    assert api(first, "query", query='vllm:num_requests_running{server="mon-b"}')["result"]
+
+
+def test_a_second_deploy_changes_nothing(second):
+    fleet, _ = second
+    result = e2e.deploy(fleet)
+    assert result.returncode == 0, e2e.output(result)[-4000:]
+    assert e2e.changes(e2e.output(result)) == 0, e2e.changed_rows(e2e.output(result))
+
+
+@pytest.mark.parametrize("package", ["prometheus", "prometheus-node-exporter"])
+def test_packages_are_pinned_and_held(second, package):
+    held = e2e.on_host("apt-mark showhold").stdout.split()
+    assert package in held
+
+
+def test_a_fleet_without_monitoring_removes_it(second, tmp_path_factory):
+    deployed(tmp_path_factory.mktemp("mon-3"), {"mon-b": PORT_B}, monitored=False)
+    left = e2e.on_host(
+        "dpkg-query -W -f '${db:Status-Abbrev}${Package}\\n' prometheus "
+        "prometheus-node-exporter prometheus-alertmanager 2>/dev/null | grep '^ii' ; "
+        f"ls {PROMETHEUS_DIR} /etc/systemd/system/prometheus*.service.d 2>/dev/null; true"
+    ).stdout
+    assert left.strip() == ""
+    listening = e2e.on_host("ss -Hltn").stdout
+    assert f":{PROMETHEUS_PORT} " not in listening and f":{NODE_PORT} " not in listening
