@@ -34,6 +34,9 @@ from fleet.spec import Endpoint, Fleet, SecretRef, Server
 from fleet.templating import template
 from hostside import envfile
 
+#: Seconds the router waits for a worker to be healthy when it is added back (the rollout adds
+#: a replica only once it answered a completion, so this is a bound, not a wait).
+WORKER_STARTUP_TIMEOUT = 120
 #: Addresses that only the host itself reaches.
 LOOPBACK = ("127.0.0.1", "::1", "localhost")
 #: Addresses that mean "every interface".
@@ -266,6 +269,10 @@ def router_command(fleet: Fleet, name: str) -> list[str]:
         "--prometheus-port", str(router.metrics_port),
         "--request-timeout-secs", str(router.request_timeout_s),
         "--health-check-interval-secs", str(router.health_check_interval_s),
+        # A worker added back (``/add_worker``) is checked every second, not every 30 s (the
+        # release's default), and given up after a bound instead of 600 s.
+        "--worker-startup-check-interval", "1",
+        "--worker-startup-timeout-secs", str(WORKER_STARTUP_TIMEOUT),
         "--log-level", "info",
     ]  # fmt: skip
 

@@ -32,9 +32,14 @@ def stamp() -> str:
     return time.strftime("%H:%M:%S", time.localtime(now)) + f".{int(now % 1 * 1000):03d}"
 
 
+#: :func:`call`'s status when the router took the connection but did not answer in time.
+TIMED_OUT = -1
+
+
 def call(router: str, action: str, worker: str, timeout: float) -> tuple[int, str]:
     """``POST {router}/{action}_worker?url={worker}``: (HTTP status, body); status 0 when the
-    router does not answer at all."""
+    router does not answer at all (not listening), :data:`TIMED_OUT` when it did not answer in
+    ``timeout`` seconds."""
     url = f"{router}/{action}_worker?{urllib.parse.urlencode({'url': worker})}"
     request = urllib.request.Request(url, data=b"", method="POST")
     try:
@@ -43,7 +48,10 @@ def call(router: str, action: str, worker: str, timeout: float) -> tuple[int, st
     except urllib.error.HTTPError as err:
         return err.code, err.read(500).decode(errors="replace")
     except (urllib.error.URLError, OSError) as err:
-        return 0, str(getattr(err, "reason", err))
+        reason = getattr(err, "reason", err)
+        if isinstance(reason, TimeoutError):
+            return TIMED_OUT, f"no answer in {timeout:.0f} s"
+        return 0, str(reason)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -53,10 +61,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--label", default="", help="the replica's name, for the timeline")
     parser.add_argument("action", choices=["remove", "add"])
     parser.add_argument("--worker", required=True, help="the replica as the router reaches it")
-    parser.add_argument("--timeout", type=float, default=300)
+    # Above the router's own bound for an added worker's health (fleet.endpoints): the router
+    # answers first.
+    parser.add_argument("--timeout", type=float, default=150)
     args = parser.parse_args(argv)
     label = args.label or args.worker
     status, body = call(args.router, args.action, args.worker, args.timeout)
+    if status == TIMED_OUT:
+        print(f"{label}: the router at {args.router} did not answer the {args.action} in "
+              f"{args.timeout:.0f} s", file=sys.stderr)
+        return 1
     if status == 0:
         print(f"rollout: {stamp()} {label}: the router at {args.router} does not answer "
               f"({body}): nothing to {args.action}")

@@ -47,6 +47,15 @@ def test_the_key_never_reaches_the_router_unit(fleet) -> None:
     assert SECRET in plan.servers[0].env_text  # the replica checks it
 
 
+def test_a_worker_added_back_is_checked_every_second_within_a_bound(fleet) -> None:
+    """vllm-router's defaults check an added worker every 30 s for up to 600 s: a rollout's
+    ``add_worker`` would wait 30 s for a replica that already serves."""
+    (router,) = router_units(fleet, "gpu-a", nokey)
+    assert " --worker-startup-check-interval 1 --worker-startup-timeout-secs 120 " in (
+        router.unit_text
+    )
+
+
 def test_the_router_pins_its_release(fleet) -> None:
     (router,) = router_units(fleet, "gpu-a", nokey)
     assert router.requirement == "vllm-router==0.1.17"
