@@ -26,11 +26,12 @@ import ipaddress
 from collections.abc import Callable, Iterator
 
 from fleet.hostplan import ReplicaRollout, RouterUnit
+from fleet.numa import THREADS_BIND
 from fleet.paths import ROUTER_VENV_DIR, router_env_path, router_unit_name, router_unit_path
 from fleet.problems import Finding, suggest
 from fleet.quoting import systemd_quote
 from fleet.secrets import read_secret
-from fleet.spec import Endpoint, Fleet, SecretRef, Server
+from fleet.spec import Endpoint, Fleet, SecretRef, Server, Variant
 from fleet.templating import template
 from hostside import envfile
 
@@ -245,6 +246,35 @@ def _check_router_ports(fleet: Fleet) -> Iterator[Finding]:
                 )
             else:
                 used[key] = f"the router of endpoint {name}"
+
+
+def endpoint_warnings(fleet: Fleet) -> Iterator[Finding]:
+    """Replicas on sandbox hosts that leave the CPU build's thread binding at ``auto``.
+
+    Sandbox hosts share this machine's cores: each CPU vLLM left at ``auto`` binds its threads
+    to the same cores as the others, so a replica restarting during a rollout starves beside
+    one serving the load (measured: a start past 15 minutes on two cores).
+    """
+    for name, endpoint in fleet.endpoints.items():
+        auto = []
+        for index, ref in enumerate(endpoint.replicas):
+            host_name, _ = replica_parts(ref)
+            host = fleet.hosts.get(host_name)
+            server = _replica(fleet, ref)
+            if host is None or server is None or not host.is_sandbox:
+                continue
+            if host.vllm.variant is Variant.cpu and server.env.get(THREADS_BIND, "auto") == "auto":
+                auto.append((index, ref))
+        if len(auto) > 1:
+            index, ref = auto[1]
+            yield (
+                ("endpoints", name, "replicas", index),
+                f"replicas {', '.join(r for _, r in auto)} run on sandbox hosts, which share "
+                f"this machine's cores, and bind their threads with {THREADS_BIND}=auto: to the "
+                "same cores",
+                f"give each replica a core of its own (env: {{{THREADS_BIND}: \"0\"}} on one, "
+                '"1" on the next)',
+            )
 
 
 def router_command(fleet: Fleet, name: str) -> list[str]:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from fleet.endpoints import client_url, router_units, worker_url
+from fleet.endpoints import client_url, endpoint_warnings, router_units, worker_url
 from fleet.load import load_fleet, load_text
 from fleet.render import host_plan
 
@@ -102,6 +102,16 @@ def test_sandbox_router_port_collides_across_hosts() -> None:
     text = SANDBOX.replace("port: 18400", "port: 18402")
     with pytest.raises(Exception, match="port 18402 is already used by server b/r2"):
         load_text(text, "sandbox.yaml")
+
+
+def test_sandbox_replicas_left_at_auto_binding_are_warned_of() -> None:
+    """Sandbox hosts share this machine's cores: two CPU replicas at ``auto`` bind the same."""
+    (warning,) = list(endpoint_warnings(load_text(SANDBOX, "sandbox.yaml")))
+    assert warning[0] == ("endpoints", "m", "replicas", 1)
+    assert "a/r1, b/r2" in warning[1] and "same cores" in warning[1]
+    bound = SANDBOX.replace("port: 18401}", "port: 18401, env: {VLLM_CPU_OMP_THREADS_BIND: '0'}}")
+    bound = bound.replace("port: 18402}", "port: 18402, env: {VLLM_CPU_OMP_THREADS_BIND: '1'}}")
+    assert list(endpoint_warnings(load_text(bound, "sandbox.yaml"))) == []
 
 
 def test_the_router_unit_scores_2_or_less_in_systemd_analyze(fleet, tmp_path) -> None:
