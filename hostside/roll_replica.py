@@ -1,10 +1,11 @@
 """Update one replica of an endpoint in place: drain it, restart it, prove it serves.
 
 Runs on the replica's host once the deploy took the replica out of its router (and before it
-puts it back): waits until vLLM's ``vllm:num_requests_running`` (``/metrics``) is 0, bounded
-by the drain timeout; restarts the unit with :mod:`hostside.restart_or_restore` (a failed
-start puts the previous configuration back and starts it); checks readiness by a real
-completion (:mod:`hostside.check_ready`). Standard library only.
+puts it back): waits until vLLM's ``vllm:num_requests_running`` and ``…_waiting``
+(``/metrics``) are 0, bounded by the drain timeout; restarts the unit with
+:mod:`hostside.restart_or_restore` (a failed start puts the previous configuration back and
+starts it); checks readiness by a real completion (:mod:`hostside.check_ready`). Standard
+library only.
 
 ``--abandon`` is the other path: the rollout stopped at an earlier replica, so this one keeps
 what it runs: the saved previous unit and environment go back in place, unstarted.
@@ -36,20 +37,27 @@ if not __package__:  # run as a file: siblings import as the hostside package (s
 from hostside import check_ready, restart_or_restore
 from hostside.router_workers import stamp
 
-RUNNING = "vllm:num_requests_running"
+#: What a replica still has to finish: requests running and requests waiting to run.
+BUSY = ("vllm:num_requests_running", "vllm:num_requests_waiting")
+#: Seconds to wait after the router let the replica go before reading its load: a request the
+#: router sent just before reaches vLLM's scheduler a moment later.
+SETTLE = 1.0
 
 
 def running(metrics: str) -> int:
-    """The requests a vLLM server is running, from its ``/metrics`` text (summed over engines).
+    """The requests a vLLM server runs or has waiting, from its ``/metrics`` text (summed over
+    engines).
 
     Example:
         >>> running('vllm:num_requests_running{engine="0",model_name="m"} 2.0\\n'
-        ...         'vllm:num_requests_running{engine="1",model_name="m"} 1.0\\n')
-        3
+        ...         'vllm:num_requests_running{engine="1",model_name="m"} 1.0\\n'
+        ...         'vllm:num_requests_waiting{engine="0",model_name="m"} 1.0\\n'
+        ...         'vllm:num_requests_running_total 9\\n')
+        4
     """
     total = 0.0
     for line in metrics.splitlines():
-        if line.startswith(RUNNING + "{") or line.startswith(RUNNING + " "):
+        if line.split("{", 1)[0].split(" ", 1)[0] in BUSY:
             total += float(line.rsplit(None, 1)[1])
     return int(total)
 
@@ -64,8 +72,10 @@ def in_flight(port: int) -> int | None:
 
 
 def drain(port: int, timeout: float, label: str) -> None:
-    """Wait until the server runs no request (or the timeout passed, or it does not answer)."""
+    """Wait until the server runs no request and has none waiting (or the timeout passed, or
+    it does not answer), reading it :data:`SETTLE` seconds after the router let it go."""
     start = time.monotonic()
+    time.sleep(SETTLE)
     count = in_flight(port)
     while count and time.monotonic() - start < timeout:
         time.sleep(0.2)
