@@ -46,9 +46,15 @@ def router_tools() -> None:
     """Upload the router's worker control to a router's host before any replica rolls (the
     rolling updates run it there, and the servers' deploy comes before the routers')."""
     if current_plan().routers:
-        # Uploaded as the replica updater's module, as the servers' deploy does: one mode for
-        # router_workers.py on every host (two uploads with two modes changed it every run).
-        upload_programs({"roll_replica": "the replica updater (rolling updates of endpoints)"})
+        # Uploaded with the same roles as the servers' and the routers' deploys do, so that each
+        # file has one mode on the host: check_ready and restart_or_restore are programs there
+        # (755) and modules of roll_replica here; uploaded as modules first (644), they changed
+        # mode twice on every deploy (the e2e run's second deploy: 4 changes, no restart).
+        upload_programs({
+            "check_ready": "the readiness check",
+            "restart_or_restore": "the restart-or-restore helper",
+            "roll_replica": "the replica updater (rolling updates of endpoints)",
+        })
 
 
 @deploy("Endpoint routers")
