@@ -7,6 +7,7 @@ Run it with the fleet inventory, which validates the fleet file before any host 
 """
 
 from deploys.cuda import cuda
+from deploys.endpoints import retired_routers, router_tools, routers
 from deploys.host_tuning import host_tuning
 from deploys.models import models
 from deploys.monitoring import monitoring
@@ -23,6 +24,8 @@ limits_changed = host_tuning()
 os_tuning()
 # Servers renamed or taken out of the fleet file: stopped and removed before any other starts.
 retired_servers()
+# The rolling updates of replicas (in services) drive their routers with this program.
+router_tools()
 # A host without servers gets the stack only (e.g. a GPU host prepared ahead of its models).
 if current_plan().stack.serves:
     venv_changed = vllm_env()
@@ -32,3 +35,6 @@ if current_plan().stack.serves:
     )
 # Prometheus and its exporters (and what the fleet file no longer has of them, removed).
 monitoring()
+# Endpoint routers after the servers: a first deploy starts them with their replicas serving.
+retired_routers()
+routers()

@@ -114,6 +114,9 @@ def cmd_render(args: argparse.Namespace) -> int:
         for path, text in rendered_files(plan.monitoring):
             out.rule(f"{name}: {path}")
             out.print(text, markup=False, soft_wrap=True)
+        for router in plan.routers:
+            out.rule(f"{name}: {router.unit_path} (endpoint {router.endpoint})")
+            out.print(router.unit_text, markup=False, soft_wrap=True)
     return 0
 
 
@@ -205,6 +208,8 @@ def cmd_complete(args: argparse.Namespace) -> int:
     hosts = connect(args.fleet)
     if hosts is None:
         return 1
+    if args.endpoint:
+        return _complete_endpoint(args, hosts)
     targets = [
         (name, data, server)
         for name, data in hosts
@@ -234,6 +239,37 @@ def cmd_complete(args: argparse.Namespace) -> int:
     out.print(f"[bold]{name}/{server.name}[/] ({server.served_name}) answered "
               f"{usage.get('completion_tokens', '?')} tokens:")
     out.print(repr(args.prompt + text), markup=False)
+    return 0
+
+
+def _complete_endpoint(args: argparse.Namespace, hosts) -> int:
+    """``fleet complete --endpoint NAME``: one completion through the endpoint's router, made on
+    the router's host with the key from its 0600 file there."""
+    routers = [
+        (name, data, router)
+        for name, data in hosts
+        for router in plan_of(data).routers
+        if router.endpoint == args.endpoint
+    ]
+    if not routers:
+        err.print(f"no endpoint {args.endpoint!r} in {args.fleet}")
+        return 1
+    name, data, router = routers[0]
+    body = {"model": router.served_name, "prompt": args.prompt, "max_tokens": args.max_tokens}
+    payload = {"port": router.port, "path": "/v1/completions", "body": body,
+               "env_file": router.env_path}
+    result = remote.run(data, remote.REQUEST_COMMAND, json.dumps(payload))
+    answer = json.loads(result.stdout) if result.returncode == 0 else None
+    if answer is None or answer["status"] != 200:
+        why = result.stderr.strip() if answer is None else (
+            f"HTTP {answer['status']}: {answer['body'][:300]}")
+        err.print(f"[bold red]endpoint {args.endpoint} (router on {name}) did not answer:[/] {why}")
+        return 1
+    reply = json.loads(answer["body"])
+    usage = reply.get("usage", {})
+    out.print(f"[bold]endpoint {args.endpoint}[/] ({router.served_name}, router on {name}) "
+              f"answered {usage.get('completion_tokens', '?')} tokens:")
+    out.print(repr(args.prompt + reply["choices"][0]["text"]), markup=False)
     return 0
 
 
@@ -291,6 +327,7 @@ def build_parser() -> argparse.ArgumentParser:
     complete = sub.add_parser("complete", help="ask a deployed server for a completion")
     complete.add_argument("fleet", nargs="?", default=default)
     complete.add_argument("--server", help="HOST/SERVER or SERVER (default: the first)")
+    complete.add_argument("--endpoint", help="an endpoint: through its router")
     complete.add_argument("--prompt", default="The capital of France is")
     complete.add_argument("--max-tokens", type=int, default=16)
     complete.set_defaults(func=cmd_complete)

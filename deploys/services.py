@@ -21,7 +21,14 @@ from pyinfra.operations.util import any_changed
 
 from deploys.multinode import group_members, groups_reachable
 from deploys.plan import current_plan, upload_programs
-from fleet.paths import PREVIOUS_DIR, SERVICE_HOME, SERVICE_SHELL, previous_paths
+from fleet.paths import (
+    PREVIOUS_DIR,
+    SERVICE_HOME,
+    SERVICE_SHELL,
+    previous_paths,
+    remote_program,
+)
+from operations.endpoints import replica_rolled
 from operations.services import (
     previous_saved,
     server_answers,
@@ -90,6 +97,7 @@ def services(
         "restart_or_restore": "the restart-or-restore helper",
         "request": "the request program (fleet verify, fleet complete)",
         "startup_phases": "the start recorder (time to ready, in phases)",
+        "roll_replica": "the replica updater (rolling updates of endpoints)",
         **({"vllm_serve": "the group member program (vllm serve, headless workers)",
             "wait_joined": "the group join waiter",
             "group_wait": "the group member waiter"}
@@ -156,13 +164,32 @@ def services(
             changed.append(limits_changed)
         if entry.model in models_changed:
             changed.append(models_changed[entry.model])
-        restart_op = server_restarted(
-            name=f"Restart {unit} (its configuration changed)",
-            unit=unit,
-            restore={entry.unit_path: saved_unit, entry.env_path: saved_env},
-            script=restarter,
-            _if=any_changed(*changed),
-        )
+        if entry.rollout is not None:
+            # A replica of an endpoint: out of its router, drained, restarted, back; pyinfra
+            # runs this on at most max_unavailable hosts at once.
+            restart_op = replica_rolled(
+                name=f"Roll {unit} through endpoint {entry.rollout.endpoint} "
+                "(its configuration changed)",
+                rollout=entry.rollout,
+                unit=unit,
+                port=entry.port,
+                served_name=entry.served_name,
+                env_file=entry.env_path,
+                restore={entry.unit_path: saved_unit, entry.env_path: saved_env},
+                roll_script=uploaded["roll_replica"][0],
+                # On the router's host: uploaded there by deploys.endpoints.router_tools.
+                router_script=remote_program("router_workers"),
+                _parallel=entry.rollout.max_unavailable,
+                _if=any_changed(*changed),
+            )
+        else:
+            restart_op = server_restarted(
+                name=f"Restart {unit} (its configuration changed)",
+                unit=unit,
+                restore={entry.unit_path: saved_unit, entry.env_path: saved_env},
+                script=restarter,
+                _if=any_changed(*changed),
+            )
         start_op = systemd.service(
             name=f"Enable and start {unit}",
             service=unit,

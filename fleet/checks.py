@@ -20,6 +20,7 @@ from collections.abc import Iterator
 
 from fleet import gpus as gpu_table
 from fleet import releases
+from fleet.endpoints import endpoint_problems, endpoint_warnings
 from fleet.flags import flag_problems, flag_warnings
 from fleet.monitoring import check_monitoring
 from fleet.multinode import check_group
@@ -52,6 +53,7 @@ def check_fleet(fleet: Fleet) -> Iterator[Finding]:
                     )
                 else:
                     sandbox_ports[server.port] = (name, server_name)
+    yield from endpoint_problems(fleet)
     yield from numa_problems(fleet)
     yield from check_monitoring(fleet)
 
@@ -428,6 +430,7 @@ def check_warnings(fleet: Fleet) -> Iterator[Finding]:
                 hint = f"no better set of GPUs on this host: expect {traffic} over PCIe"
             yield (("hosts", name, "servers", server_name, "gpus"), message, hint)
     yield from numa_warnings(fleet)
+    yield from endpoint_warnings(fleet)
 
 
 def check_capacity(fleet: Fleet) -> Iterator[Finding]:

@@ -274,3 +274,25 @@ def _bind_address(value: str) -> str:
 
 #: An IP address a service listens on (Prometheus, its exporters).
 BindAddress = Annotated[str, AfterValidator(_bind_address)]
+
+
+_NAME = r"[a-z0-9][a-z0-9._-]{0,62}"
+
+
+def _replica_ref(value: str) -> str:
+    """``host/server``: a server of the fleet by its host's and its own name.
+
+    Example:
+        >>> _replica_ref("gpu-01/chat")
+        'gpu-01/chat'
+    """
+    refuse_control(value, "a replica")
+    if not re.fullmatch(rf"{_NAME}/{_NAME}", value):
+        raise ValueError(
+            f"{value!r} is not a replica: write HOST/SERVER, the names of a host and of one of "
+            "its servers (e.g. gpu-01/chat)"
+        )
+    return value
+
+
+ReplicaRef = Annotated[str, AfterValidator(_replica_ref)]

@@ -82,6 +82,7 @@ class ServerUnit:
     worker_hosts: tuple[str, ...] = ()
     after: tuple[str, ...] = ()
     refusal: str | None = None
+    rollout: ReplicaRollout | None = None
     group: GroupPlan | None = None
 
     @property
@@ -430,6 +431,7 @@ class HostPlan:
     models_dir: str = MODELS_DIR
     env_dir: str = ENV_DIR
     unit_dir: str = UNIT_DIR
+    routers: tuple[RouterUnit, ...] = ()
     monitoring: MonitoringPlan | None = None
 
     @property
@@ -450,3 +452,68 @@ class HostPlan:
     def servers_of(self, model: str) -> tuple[ServerUnit, ...]:
         """The servers that serve ``model``."""
         return tuple(server for server in self.servers if server.model == model)
+
+
+# --------------------------------------------------------------------------------------------
+# Endpoints: replicas behind a router (fleet.endpoints decides them)
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ReplicaRollout:
+    """How a deploy updates a server that is a replica of an endpoint (``ServerUnit.rollout``).
+
+    + endpoint: the endpoint's name; replica: ``host/server``
+    + router_host: the inventory host of the router; router_url: its address there
+    + worker_url: the replica as the router reaches it
+    + max_unavailable, drain_timeout: the endpoint's rollout policy
+
+    Example:
+        >>> ReplicaRollout("tiny", "a/tiny", "a", "http://127.0.0.1:18400",
+        ...                "http://127.0.0.1:18401", 1, 60).replica
+        'a/tiny'
+    """
+
+    endpoint: str
+    replica: str
+    router_host: str
+    router_url: str
+    worker_url: str
+    max_unavailable: int
+    drain_timeout: int
+
+
+@dataclass(frozen=True)
+class RouterUnit:
+    """An endpoint's router on its host: the pinned vllm-router venv and its unit.
+
+    + endpoint: the endpoint's name; served_name: the name clients ask for
+    + unit, unit_path, unit_text: its systemd unit (no secret in it)
+    + venv, requirement, version: the router's own venv and pinned release
+    + bind, port, url: where it listens (url: as seen on its host)
+    + worker_urls: the replicas, as the router reaches them
+    + env_path, env_text: a 0600 file with the endpoint's key, for the deploy's and
+      ``fleet verify``'s completions through the router (the router itself never reads it)
+
+    Example:
+        >>> r = RouterUnit("tiny", "tiny", "vllm-fleet-router-tiny.service", "/u", "[Unit]\\n",
+        ...     "/opt/r", "vllm-router==0.1.17", "0.1.17", "127.0.0.1", 18400,
+        ...     "http://127.0.0.1:18400", ("http://127.0.0.1:18401",))
+        >>> r.requirement
+        'vllm-router==0.1.17'
+    """
+
+    endpoint: str
+    served_name: str
+    unit: str
+    unit_path: str
+    unit_text: str
+    venv: str
+    requirement: str
+    version: str
+    bind: str
+    port: int
+    url: str
+    worker_urls: tuple[str, ...]
+    env_path: str = ""
+    env_text: str | None = field(default=None, repr=False)

@@ -170,6 +170,36 @@ def cuda_home(version: str) -> str:
     return f"/usr/local/cuda-{version}"
 
 
+# -- endpoints (routers in front of replicas) --------------------------------------------------
+#: The router's own venv (vllm-router, pinned), apart from vLLM's.
+ROUTER_VENV_DIR = "/opt/vllm-fleet/router-venv"
+
+
+def router_unit_name(endpoint: str) -> str:
+    """The systemd unit of an endpoint's router: ``tiny`` → ``vllm-fleet-router-tiny.service``
+    (``vllm-fleet-`` units are the tool's own: no server can be named so).
+
+    Example:
+        >>> router_unit_name("tiny")
+        'vllm-fleet-router-tiny.service'
+    """
+    return f"vllm-fleet-router-{endpoint}.service"
+
+
+def router_unit_path(endpoint: str) -> str:
+    """Where an endpoint's router unit is written."""
+    return f"{UNIT_DIR}/{router_unit_name(endpoint)}"
+
+
+def router_env_path(endpoint: str) -> str:
+    """The 0600 file with an endpoint's key on its router's host (read by the checks through
+    the router, never by the router): ``/etc/vllm-fleet/router-tiny.env``.
+
+    Example:
+        >>> router_env_path("tiny")
+        '/etc/vllm-fleet/router-tiny.env'
+    """
+    return f"{ENV_DIR}/router-{endpoint}.env"
 # Monitoring (fleet/monitoring.py): Debian's prometheus packages, their units changed through
 # drop-ins only, the fleet's configuration beside Debian's (its own files stay untouched).
 #: The fleet's Prometheus configuration and rules (read by the prometheus user).

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from fleet.checks import deploy_refusal
+from fleet.endpoints import replica_rollout, router_units
 from fleet.hostplan import GroupPlan, HostPlan, ServerUnit
 from fleet.modelplan import model_plan
 from fleet.monitoring import monitoring_plan
@@ -242,6 +243,7 @@ def server_unit(fleet: Fleet, host_name: str, name: str,
         worker_hosts=tuple(server.worker_hosts),
         after=tuple(start_order(host)[name]),
         refusal=deploy_refusal(server),
+        rollout=replica_rollout(fleet, host_name, name),
         group=group_plan(fleet, host_name, name, Member(host_name, 0)),
     )
 
@@ -392,4 +394,5 @@ def host_plan(
         + tuple(member_unit(fleet, head, name, member, secrets) for head, name, member in joined),
         stack=replace(stack_plan(host), serves=True) if joined else stack_plan(host),
         monitoring=monitoring_plan(fleet, host_name),
+        routers=router_units(fleet, host_name, secrets),
     )

@@ -45,6 +45,7 @@ from fleet.fields import (
     LocalPath,
     OneLine,
     OptionWord,
+    ReplicaRef,
     SecretVariable,
     SysctlKey,
     SysctlValue,
@@ -1153,6 +1154,71 @@ class Host(Strict):
         return self.address == "sandbox"
 
 
+class RouterPolicy(str, Enum):
+    """How the router picks a replica for a request (vllm-router's ``--policy``)."""
+
+    round_robin = "round_robin"
+    random = "random"
+    power_of_two = "power_of_two"
+    consistent_hash = "consistent_hash"
+    cache_aware = "cache_aware"
+
+
+class Router(Strict):
+    """The router of an endpoint: one vllm-router service on one host of the fleet."""
+
+    host: str = Field(pattern=NAME_PATTERN, description="The fleet host that runs the router.")
+    port: int = Field(ge=1, le=65535, description="TCP port clients connect to.")
+    bind: BindAddress = Field(
+        "127.0.0.1", description="Address to bind; 0.0.0.0 to serve the network."
+    )
+    metrics_port: int = Field(
+        29000, ge=1, le=65535, description="Port of the router's Prometheus metrics (on bind)."
+    )
+    policy: RouterPolicy = Field(
+        RouterPolicy.cache_aware,
+        description="round_robin | random | power_of_two | consistent_hash | cache_aware "
+        "(prefix-cache aware, the router's default).",
+    )
+    version: str = Field(
+        "0.1.17", pattern=r"^[0-9]+\.[0-9]+\.[0-9]+$", description="The vllm-router release."
+    )
+    api_key: SecretRef | None = Field(
+        None,
+        description="The key clients send to the endpoint, from a secret; every replica must "
+        "have the same api_key (the router passes the client's key on, each replica checks it).",
+    )
+    request_timeout_s: int = Field(
+        1800, ge=1, le=86400, description="Seconds a request may take through the router."
+    )
+    health_check_interval_s: int = Field(
+        5, ge=1, le=3600, description="Seconds between the router's health checks of replicas."
+    )
+
+
+class Rollout(Strict):
+    """How a deploy updates an endpoint's replicas."""
+
+    max_unavailable: int = Field(
+        1, ge=1, le=64, description="Replicas that may be out of the router at once."
+    )
+    drain_timeout_s: int = Field(
+        120, ge=0, le=3600,
+        description="Seconds to wait for a replica's running requests to finish after it left "
+        "the router, before it restarts anyway.",
+    )
+
+
+class Endpoint(Strict):
+    """One model behind one address: replicas (servers of the fleet) behind a router."""
+
+    replicas: list[ReplicaRef] = Field(
+        min_length=1, max_length=64, description="The servers behind the router, as HOST/SERVER."
+    )
+    router: Router
+    rollout: Rollout = Field(default_factory=Rollout)
+
+
 class Fleet(Strict):
     """A whole fleet file."""
 
@@ -1160,6 +1226,10 @@ class Fleet(Strict):
     defaults: Defaults = Field(default_factory=Defaults)
     models: dict[Name, Model] = Field(default_factory=dict, description="Models by name.")
     hosts: dict[Name, Host] = Field(description="Hosts by inventory name.")
+    endpoints: dict[Name, Endpoint] = Field(
+        default_factory=dict,
+        description="Endpoints by name: replicas of one model behind a vllm-router.",
+    )
     monitoring: Monitoring | None = Field(
         None, description="Prometheus and its exporters; omit for no monitoring."
     )

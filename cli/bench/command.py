@@ -53,6 +53,7 @@ from cli.bench.stats import parse_slo
 from cli.bench.tunnel import Tunnel, TunnelError
 from cli.console import err, out
 from cli.remote import ssh_command
+from fleet.endpoints import client_url, served_name
 from fleet.inventory import connection_data
 from fleet.load import load_fleet
 from fleet.problems import FleetError
@@ -72,6 +73,7 @@ def add_parser(sub: Any, default_fleet: str) -> None:
     where = bench.add_mutually_exclusive_group(required=True)
     where.add_argument("--server", help="HOST/SERVER (or SERVER) of the fleet file")
     where.add_argument("--url", help="base URL of an OpenAI-compatible server instead")
+    where.add_argument("--endpoint", help="an endpoint of the fleet file: through its router")
     where.add_argument("--compare", nargs=2, metavar=("RUN_A", "RUN_B"),
                        help="what changed between two run directories of --plan")
     bench.add_argument("--model", help="model name (--url; default: the server's first)")
@@ -196,6 +198,10 @@ def resolve_target(args: argparse.Namespace) -> Iterator[Resolved]:
         raise BenchError(
             f"{args.fleet}: invalid\n" + "\n".join(f"  {p}" for p in error.problems)
         ) from None
+    if getattr(args, "endpoint", None):
+        with _endpoint_target(args, fleet) as resolved:
+            yield resolved
+        return
     matches = [
         (host_name, server_name)
         for host_name, host in fleet.hosts.items()
@@ -248,6 +254,44 @@ def resolve_target(args: argparse.Namespace) -> Iterator[Resolved]:
     resolved.base_url = f"http://127.0.0.1:{local}"
     resolved.notes.append(f"through an SSH port forward 127.0.0.1:{local} → {host_name}:"
                           f"{server.port}")
+    try:
+        yield resolved
+    finally:
+        tunnel.close()
+
+
+@contextlib.contextmanager
+def _endpoint_target(args: argparse.Namespace, fleet: Any) -> Iterator[Resolved]:
+    """An endpoint's router as the target (through an SSH port forward where needed)."""
+    if args.endpoint not in fleet.endpoints:
+        raise BenchError(f"no endpoint {args.endpoint!r} in {args.fleet}"
+                         + (f" (endpoints: {', '.join(fleet.endpoints)})" if fleet.endpoints
+                            else ""))
+    endpoint = fleet.endpoints[args.endpoint]
+    host_name, address, port = client_url(fleet, args.endpoint)
+    host = fleet.hosts[host_name]
+    try:
+        data = connection_data(host_name, host, str(args.fleet))
+        key = read_secret(endpoint.router.api_key) if endpoint.router.api_key else None
+    except FleetError as error:
+        raise BenchError("\n".join(str(p) for p in error.problems)) from None
+    except ValueError as error:
+        raise BenchError(f"endpoint {args.endpoint}: API key: {error}") from None
+    resolved = Resolved(base_url=f"http://{address}:{port}", model=served_name(fleet, endpoint),
+                        api_key=key, name=f"endpoint {args.endpoint}",
+                        notes=[f"through the router of endpoint {args.endpoint} on {host_name} "
+                               f"({len(endpoint.replicas)} replicas): no GPU sampling"])
+    loopback_only = endpoint.router.bind in ("127.0.0.1", "::1")
+    if host.is_sandbox or args.tunnel == "never" or (args.tunnel == "auto" and not loopback_only):
+        yield resolved
+        return
+    tunnel = Tunnel(data, remote_port=port, remote_host="127.0.0.1")
+    try:
+        local = tunnel.open()
+    except TunnelError as error:
+        raise BenchError(str(error)) from None
+    resolved.base_url = f"http://127.0.0.1:{local}"
+    resolved.notes.append(f"through an SSH port forward 127.0.0.1:{local} → {host_name}:{port}")
     try:
         yield resolved
     finally:

@@ -118,6 +118,7 @@ def watched_files(plan: HostPlan) -> list[str]:
     if stack.serves:
         for server in plan.servers:
             paths += [server.unit_path, server.env_path]
+    paths += [router.unit_path for router in plan.routers]
     return paths
 
 
@@ -131,6 +132,7 @@ def watched_units(plan: HostPlan) -> list[str]:
         units.append(stack.governor.unit)
     if stack.serves:
         units += [server.unit for server in plan.servers]
+    units += [router.unit for router in plan.routers]
     return units
 
 
@@ -357,6 +359,31 @@ def _undeclared_model_rows(host: str, plan: HostPlan, facts: dict[str, Any]) -> 
                   "removes it", DRIFT)  # fmt: skip
 
 
+def _router_rows(host: str, plan: HostPlan, facts: dict[str, Any]) -> Iterator[Row]:
+    """The endpoint routers of the host: pinned release, rendered unit, service state, and
+    router units vllm-fleet wrote that the fleet file no longer declares."""
+    digests = facts.get("digests", {})
+    units = facts.get("units", {})
+    if plan.routers:
+        venv = facts.get("router_venv") or {}
+        have = venv.get("packages", {}).get("vllm-router")
+        want = plan.routers[0].version
+        yield Row(host, "vllm-router", f"vllm-router {want}", have or "not installed",
+                  OK if have == want else DRIFT)  # fmt: skip
+    for router in plan.routers:
+        yield _file_row(host, f"unit {router.unit}", router.unit_path, router.unit_text, digests)
+        state = units.get(router.unit, {})
+        active = state.get("ActiveState", "?")
+        yield Row(host, f"service {router.unit}", "active",
+                  f"{active} ({state.get('SubState', '?')})",
+                  OK if active == "active" else DRIFT)  # fmt: skip
+    declared = {router.unit for router in plan.routers}
+    for unit in facts.get("router_units", []):
+        if unit not in declared:
+            yield Row(host, f"unit {unit}", "not declared (endpoint removed or moved)",
+                      "still installed: the next deploy stops and removes it", DRIFT)  # fmt: skip
+
+
 def upstream_release(version: str) -> str:
     """A Python package version without its local part: ``0.32.0+cpu`` → ``0.32.0``.
 
@@ -400,6 +427,7 @@ def compare(plan: HostPlan, facts: dict[str, Any]) -> list[Row]:
         rows += _vllm_rows(host, plan, facts)
     rows += _retired_rows(host, plan, facts)
     rows += _undeclared_model_rows(host, plan, facts)
+    rows += _router_rows(host, plan, facts)
     rows += _gpu_health_rows(host, plan, facts)
     return rows
 

@@ -42,6 +42,7 @@ from facts.nvidia import (
     HeldPackages,
     NvidiaDriverLoaded,
 )
+from facts.router import FleetRouterUnits
 from facts.sysctl import SysctlWritable
 from facts.vllm import ModelManifest, VenvPackages
 from fleet.hostplan import HostPlan
@@ -86,6 +87,9 @@ def gather(pyinfra_host: Any, plan: HostPlan) -> dict[str, Any]:
     if stack.serves:
         facts["venv"] = get(VenvPackages, venv=plan.venv)
         facts["models"] = {m.name: get(ModelManifest, path=m.path) for m in plan.models}
+    facts["router_units"] = get(FleetRouterUnits, unit_dir=plan.unit_dir)
+    if plan.routers:
+        facts["router_venv"] = get(VenvPackages, venv=plan.routers[0].venv)
     return facts
 
 

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import testinfra
 
-from fleet.hostplan import HostPlan, ServerUnit
+from fleet.hostplan import HostPlan, RouterUnit, ServerUnit
 from fleet.load import load_fleet
 from fleet.render import host_plan
 
@@ -43,6 +43,11 @@ def _targets() -> list[tuple[str, HostPlan, ServerUnit]]:
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "router_target" in metafunc.fixturenames:
+        routers = _routers()
+        metafunc.parametrize(
+            "router_spec", routers, ids=[f"{h}/{r.endpoint}" for h, _, r in routers]
+        )
     if "target" in metafunc.fixturenames:
         targets = _targets()
         metafunc.parametrize(
@@ -63,3 +68,36 @@ def target(target_spec) -> Target:
             f"ssh://{name}", ssh_config=os.environ["FLEET_SSH_CONFIG"]
         )
     return Target(name, _hosts[name], plan, server)
+
+
+@dataclass
+class RouterTarget:
+    """One endpoint router of one host, reached through testinfra."""
+
+    host_name: str
+    host: Any  # testinfra.host.Host
+    plan: HostPlan
+    router: RouterUnit
+
+    def __str__(self) -> str:
+        return f"{self.host_name}/{self.router.unit}"
+
+
+def _routers() -> list[tuple[str, HostPlan, RouterUnit]]:
+    fleet = load_fleet(os.environ["FLEET"])
+    found = []
+    for name in fleet.hosts:
+        plan = host_plan(fleet, name, secrets=lambda ref: "")
+        found += [(name, plan, router) for router in plan.routers]
+    return found
+
+
+@pytest.fixture
+def router_target(router_spec) -> RouterTarget:
+    """The testinfra host and router plan of one endpoint's router."""
+    name, plan, router = router_spec
+    if name not in _hosts:
+        _hosts[name] = testinfra.get_host(
+            f"ssh://{name}", ssh_config=os.environ["FLEET_SSH_CONFIG"]
+        )
+    return RouterTarget(name, _hosts[name], plan, router)

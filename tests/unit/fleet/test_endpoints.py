@@ -1,0 +1,128 @@
+"""Endpoints: the router's unit and worker list, each replica's rollout, addresses by host."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from fleet.endpoints import client_url, endpoint_warnings, router_units, worker_url
+from fleet.load import load_fleet, load_text
+from fleet.render import host_plan
+
+ROOT = Path(__file__).resolve().parents[3]
+VALID = ROOT / "tests" / "data" / "valid" / "endpoint-two-replicas.yaml"
+SECRET = "s3cret-router-key"
+
+
+def nokey(ref):
+    return ""
+
+
+@pytest.fixture(scope="module")
+def fleet():
+    return load_fleet(VALID)
+
+
+def test_the_router_runs_only_on_its_host(fleet) -> None:
+    assert [r.unit for r in router_units(fleet, "gpu-a", nokey)] == [
+        "vllm-fleet-router-chat.service"
+    ]
+    assert router_units(fleet, "gpu-b", nokey) == ()
+
+
+def test_the_router_lists_every_replica_as_it_reaches_it(fleet) -> None:
+    (router,) = router_units(fleet, "gpu-a", nokey)
+    assert router.worker_urls == ("http://127.0.0.1:8001", "http://10.0.0.12:8001")
+    assert "--worker-urls http://127.0.0.1:8001 http://10.0.0.12:8001 " in router.unit_text
+
+
+def test_the_key_never_reaches_the_router_unit(fleet) -> None:
+    plan = host_plan(fleet, "gpu-a", secrets=lambda ref: SECRET)
+    (router,) = plan.routers
+    assert SECRET not in router.unit_text
+    assert "--api-key" not in router.unit_text
+    assert SECRET in plan.servers[0].env_text  # the replica checks it
+
+
+def test_a_worker_added_back_is_checked_every_second_within_a_bound(fleet) -> None:
+    """vllm-router's defaults check an added worker every 30 s for up to 600 s: a rollout's
+    ``add_worker`` would wait 30 s for a replica that already serves."""
+    (router,) = router_units(fleet, "gpu-a", nokey)
+    assert " --worker-startup-check-interval 1 --worker-startup-timeout-secs 120 " in (
+        router.unit_text
+    )
+
+
+def test_the_router_pins_its_release(fleet) -> None:
+    (router,) = router_units(fleet, "gpu-a", nokey)
+    assert router.requirement == "vllm-router==0.1.17"
+    assert router.venv == "/opt/vllm-fleet/router-venv"
+
+
+def test_each_replica_knows_its_rollout(fleet) -> None:
+    plan = host_plan(fleet, "gpu-b", secrets=lambda ref: "")
+    rollout = plan.servers[0].rollout
+    assert rollout is not None
+    assert (rollout.endpoint, rollout.replica, rollout.router_host) == (
+        "chat",
+        "gpu-b/chat-b",
+        "gpu-a",
+    )
+    assert rollout.router_url == "http://127.0.0.1:8000"  # as seen on the router's host
+    assert (rollout.max_unavailable, rollout.drain_timeout) == (1, 60)
+
+
+def test_a_server_outside_endpoints_has_no_rollout() -> None:
+    fleet = load_fleet(ROOT / "inventory" / "sandbox.yaml")
+    assert all(s.rollout is None for s in host_plan(fleet, "sandbox-1", lambda r: "").servers)
+
+
+SANDBOX = """\
+version: 1
+defaults: {vllm: {version: "0.32.0", variant: cpu}}
+models: {m: {url: "https://x.example/m.tar.gz", sha256: "%s"}}
+hosts:
+  a: {address: sandbox, servers: {r1: {model: m, port: 18401}}}
+  b: {address: sandbox, servers: {r2: {model: m, port: 18402}}}
+endpoints:
+  m: {replicas: [a/r1, b/r2], router: {host: a, port: 18400, metrics_port: 18403}}
+""" % ("0" * 64)
+
+
+def test_sandbox_hosts_share_one_network() -> None:
+    fleet = load_text(SANDBOX, "sandbox.yaml")
+    assert worker_url(fleet, "a", "b/r2") == "http://127.0.0.1:18402"
+    assert client_url(fleet, "m") == ("a", "127.0.0.1", 18400)
+
+
+def test_sandbox_router_port_collides_across_hosts() -> None:
+    text = SANDBOX.replace("port: 18400", "port: 18402")
+    with pytest.raises(Exception, match="port 18402 is already used by server b/r2"):
+        load_text(text, "sandbox.yaml")
+
+
+def test_sandbox_replicas_left_at_auto_binding_are_warned_of() -> None:
+    """Sandbox hosts share this machine's cores: two CPU replicas at ``auto`` bind the same."""
+    (warning,) = list(endpoint_warnings(load_text(SANDBOX, "sandbox.yaml")))
+    assert warning[0] == ("endpoints", "m", "replicas", 1)
+    assert "a/r1, b/r2" in warning[1] and "same cores" in warning[1]
+    bound = SANDBOX.replace("port: 18401}", "port: 18401, env: {VLLM_CPU_OMP_THREADS_BIND: '0'}}")
+    bound = bound.replace("port: 18402}", "port: 18402, env: {VLLM_CPU_OMP_THREADS_BIND: '1'}}")
+    assert list(endpoint_warnings(load_text(bound, "sandbox.yaml"))) == []
+
+
+def test_the_router_unit_scores_2_or_less_in_systemd_analyze(fleet, tmp_path) -> None:
+    """systemd's own judgement of the rendered unit (offline: the e2e test asks it on a host)."""
+    (router,) = router_units(fleet, "gpu-a", nokey)
+    path = tmp_path / router.unit
+    path.write_text(router.unit_text)
+    result = subprocess.run(
+        ["systemd-analyze", "security", "--offline=yes", str(path)],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    score = re.search(r"Overall exposure level for \S+: ([0-9.]+)", result.stdout)
+    assert score, result.stdout + result.stderr
+    assert float(score.group(1)) <= 2.0
