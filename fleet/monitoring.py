@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 
 import yaml
 
+from fleet.endpoints import replica_parts
 from fleet.hostplan import GpuMetricsUnit, MonitoringPlan, PrometheusPlan, ServiceDropin
 from fleet.paths import (
     ALERTMANAGER_CONFIG,
@@ -237,15 +238,35 @@ def server_targets(fleet: Fleet) -> list[ScrapeTarget]:
 
 
 def router_targets(fleet: Fleet) -> list[ScrapeTarget]:
-    """Every router's ``/metrics`` (job ``vllm-router``), labelled with its host and name.
+    """Every endpoint's router's ``/metrics`` (job ``vllm-router``, its ``metrics_port`` on its
+    bind address), labelled with its host, the endpoint and the endpoint's model.
 
-    The routers' section belongs to the endpoints work (``fleet/endpoints.py``); this is the one
-    place their targets join the scrape configuration: build one
-    ``ScrapeTarget("vllm-router", target_address(fleet, host, bind, port), {"host": host,
-    "router": name})`` per router from its plan. Until then a fleet has no routers to scrape.
+    Example:
+        >>> from fleet.spec import Fleet
+        >>> server = {"model": "m", "port": 8000, "host": "0.0.0.0"}
+        >>> fleet = Fleet.model_validate({"version": 1, "monitoring": {"host": "a"},
+        ...     "models": {"m": {"hf": "Org/M", "revision": "0123456789" * 4}},
+        ...     "hosts": {name: {"address": address, "servers": {"r": server},
+        ...                      "vllm": {"version": "0.32.0", "variant": "cpu"}}
+        ...               for name, address in (("a", "10.0.0.5"), ("b", "10.0.0.6"))},
+        ...     "endpoints": {"chat": {"replicas": ["a/r", "b/r"], "router": {
+        ...         "host": "b", "port": 9000, "bind": "0.0.0.0", "metrics_port": 9001}}}})
+        >>> [(t.address, t.labels) for t in router_targets(fleet)]
+        [('10.0.0.6:9001', {'host': 'b', 'endpoint': 'chat', 'model': 'm'})]
     """
-    del fleet
-    return []
+    targets = []
+    for name, endpoint in fleet.endpoints.items():
+        router = endpoint.router
+        host_name, server_name = replica_parts(endpoint.replicas[0])
+        model = fleet.hosts[host_name].servers[server_name].model  # one model: fleet check
+        targets.append(
+            ScrapeTarget(
+                "vllm-router",
+                target_address(fleet, router.host, router.bind, router.metrics_port),
+                {"host": router.host, "endpoint": name, "model": model},
+            )
+        )
+    return targets
 
 
 def exporter_targets(fleet: Fleet) -> list[ScrapeTarget]:
@@ -869,6 +890,17 @@ def _host_ports(fleet: Fleet, monitoring: Monitoring, name: str, host: Host) -> 
         )
         for server_name, server in host.servers.items()
     ]
+    for endpoint_name, endpoint in fleet.endpoints.items():
+        if endpoint.router.host == name:
+            path = ("endpoints", endpoint_name, "router")
+            ports.append((endpoint.router.port, f"router {endpoint_name}", (*path, "port")))
+            ports.append(
+                (
+                    endpoint.router.metrics_port,
+                    f"router {endpoint_name}'s metrics",
+                    (*path, "metrics_port"),
+                )
+            )
     ports.append((exporters.node_port, f"the node exporter of {name}", node_path))
     if exporters.gpu == "dcgm":
         ports.append((exporters.dcgm_port, f"the DCGM exporter of {name}", (*own, "dcgm_port")))

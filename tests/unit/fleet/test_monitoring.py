@@ -21,6 +21,7 @@ from fleet.load import load_fleet
 from fleet.monitoring import (
     THRESHOLDS,
     alert_rules,
+    check_monitoring,
     host_exporters,
     prometheus_argv,
     prometheus_config,
@@ -137,6 +138,37 @@ def test_a_server_added_is_scraped_and_one_removed_is_not():
     assert [c["labels"]["server"] for c in before["vllm"]] == ["chat"]
     assert [c["labels"]["server"] for c in after["vllm"]] == ["chat", "guard"]
     assert "vllm" not in scraped(two_hosts())
+
+
+def with_endpoint(router: dict) -> Fleet:
+    """Two replicas of one model behind a router on the GPU host."""
+    fleet = two_hosts(
+        chat={"model": "m", "port": 8000, "host": "0.0.0.0", "served_model_name": "chat"},
+        chat2={"model": "m", "port": 8001, "host": "0.0.0.0", "served_model_name": "chat"},
+    )
+    data = fleet.model_dump(mode="json", exclude_unset=True)
+    return Fleet.model_validate({**data, "endpoints": {"chat": {
+        "replicas": ["gpu/chat", "gpu/chat2"], "router": {"host": "gpu", **router}}}})
+
+
+def test_an_endpoints_router_is_scraped_with_its_labels(promtool, tmp_path):
+    fleet = with_endpoint({"port": 9000, "bind": "0.0.0.0", "metrics_port": 9002})
+    assert scraped(fleet)["vllm-router"] == [
+        {"targets": ["10.0.0.11:9002"], "labels": {"host": "gpu", "endpoint": "chat", "model": "m"}}
+    ]
+    result = subprocess.run([promtool, "check", "config", str(written(tmp_path, fleet))],
+                            capture_output=True, text=True, check=False)  # fmt: skip
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "vllm-router" not in scraped(two_hosts())
+
+
+def test_a_router_port_clashing_with_an_exporter_is_refused():
+    fleet = with_endpoint({"port": 9000, "bind": "0.0.0.0", "metrics_port": 9101})
+    findings = list(check_monitoring(fleet))
+    assert [(path, text) for path, text, _ in findings] == [(
+        ("monitoring", "exporters", "gpu", "node_exporter_port"),
+        "port 9101 is already used by router chat's metrics",
+    )]  # fmt: skip
 
 
 def test_alertmanager_is_named_in_the_configuration():
