@@ -83,6 +83,7 @@ class ServerUnit:
     after: tuple[str, ...] = ()
     refusal: str | None = None
     group: GroupPlan | None = None
+    ray_head: RayHeadUnit | None = None
 
     @property
     def url(self) -> str:
@@ -138,6 +139,24 @@ class GroupPlan:
     def is_head(self) -> bool:
         """Whether this host is the head."""
         return self.rank == 0
+
+
+@dataclass(frozen=True)
+class RayHeadUnit:
+    """The Ray head of a server across hosts over Ray (launcher ``ray``), on the head host: its
+    own unit, started before the head's vLLM unit (which requires it).
+
+    + unit, unit_path, unit_text: its systemd unit (``vllm-NAME-ray.service``)
+
+    Example:
+        >>> RayHeadUnit(unit="vllm-big-ray.service",
+        ...     unit_path="/etc/systemd/system/vllm-big-ray.service", unit_text="[Unit]\\n").unit
+        'vllm-big-ray.service'
+    """
+
+    unit: str
+    unit_path: str
+    unit_text: str
 
 
 @dataclass(frozen=True)
@@ -431,6 +450,7 @@ class HostPlan:
     env_dir: str = ENV_DIR
     unit_dir: str = UNIT_DIR
     monitoring: MonitoringPlan | None = None
+    ray_package: str | None = None
 
     @property
     def python_bin(self) -> str:
