@@ -114,8 +114,8 @@ def group_members(
     validator = uploaded["validate_args"][0]
     waiter = uploaded["group_wait"][0]
     checker = uploaded["check_ready"][0]
-    program_ops = [op for name in ("vllm_serve", "wait_joined", "wait_healthy")
-                   for op in uploaded[name][1]]
+    program_ops = [op for name in ("vllm_serve", "wait_joined", "wait_healthy", "ray_node")
+                   if name in uploaded for op in uploaded[name][1]]
     changes: dict[str, list[OperationMeta]] = {}
     restart: dict[str, OperationMeta] = {}
     started: dict[str, OperationMeta] = {}

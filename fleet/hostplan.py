@@ -57,6 +57,7 @@ class ServerUnit:
     + refusal: why this version does not deploy the server (None: it does), decided in fleet
     + group: for a server across hosts, the group and this host's part in it (the head's unit
       serves the API; a worker host's unit of the same name joins it headless)
+    + ray_head: on the head of a group over Ray, its Ray head unit (None otherwise)
 
     Example:
         >>> unit = ServerUnit(name="tiny", unit="vllm-tiny.service",
@@ -423,6 +424,8 @@ class HostPlan:
     + stack: the driver, CUDA, governor and open-file limit
     + venv, user, sysctl_path, models_dir, env_dir, unit_dir: where
       things live (from :mod:`fleet.paths`)
+    + monitoring: the host's monitoring part; ray_package: the Ray a member of a group over
+      Ray installs beside vLLM (None on other hosts; :mod:`fleet.ray`)
 
     ``sysctl`` is a dict: treat it as read-only, like the rest of the plan.
     """
