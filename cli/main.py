@@ -107,6 +107,9 @@ def cmd_render(args: argparse.Namespace) -> int:
             continue
         plan = host_plan(fleet, name, secrets=lambda ref: "********")
         for server in plan.servers:
+            if server.ray_head is not None:  # the Ray head the server's unit requires
+                out.rule(f"{name}: {server.ray_head.unit_path}")
+                out.print(server.ray_head.unit_text, markup=False, soft_wrap=True)
             out.rule(f"{name}: {server.unit_path}")
             out.print(server.unit_text, markup=False, soft_wrap=True)
             out.rule(f"{name}: {server.env_path} (0600)")

@@ -114,8 +114,8 @@ def group_members(
     validator = uploaded["validate_args"][0]
     waiter = uploaded["group_wait"][0]
     checker = uploaded["check_ready"][0]
-    program_ops = [op for name in ("vllm_serve", "wait_joined", "wait_healthy")
-                   for op in uploaded[name][1]]
+    program_ops = [op for name in ("vllm_serve", "wait_joined", "wait_healthy", "ray_node")
+                   if name in uploaded for op in uploaded[name][1]]
     changes: dict[str, list[OperationMeta]] = {}
     restart: dict[str, OperationMeta] = {}
     started: dict[str, OperationMeta] = {}
@@ -142,6 +142,7 @@ def group_members(
         )
         systemd.daemon_reload(name=f"Reload systemd for {entry.unit}", _if=unit_op.did_change)
         changes[entry.name] = [env_op, unit_op, *program_ops, *changed.get(entry.name, [])]
+        changes[entry.name] += _ray_head_written(entry, uploaded)
     for entry in entries:
         if entry.role == "worker":
             restart[entry.name] = member_restarted(
@@ -149,6 +150,10 @@ def group_members(
                 unit=entry.unit, _if=any_changed(*changes[entry.name]))
     for entry in entries:
         if entry.role == "head":
+            if entry.ray_head is not None:  # its restart restarts the head's vLLM (Requires=)
+                member_restarted(
+                    name=f"Restart {entry.ray_head.unit} (the Ray head) without waiting",
+                    unit=entry.ray_head.unit, _if=any_changed(*changes[entry.name]))
             restart[entry.name] = member_restarted(
                 name=f"Restart {entry.unit} ({_member(entry)}) without waiting",
                 unit=entry.unit, _if=any_changed(*changes[entry.name]))
@@ -157,6 +162,9 @@ def group_members(
         assert group is not None
         # `systemctl start` waits for the member's start (a worker's join): a failure there is
         # the group's, restored below, not the end of this host's deploy
+        if entry.ray_head is not None:
+            systemd.service(name=f"Enable {entry.ray_head.unit} (the Ray head)",
+                            service=entry.ray_head.unit, enabled=True)
         started[entry.name] = systemd.service(
             name=f"Enable and start {entry.unit}", service=entry.unit, running=True,
             enabled=True, _ignore_errors=True,
@@ -205,6 +213,13 @@ def _restore_or_forget(
         if entry.role == "worker":
             _restored(entry)
     for entry in entries:
+        if entry.role == "head" and entry.ray_head is not None:
+            member_restored(
+                name=f"Put the previous {entry.ray_head.unit} back: the group did not come up",
+                unit=entry.ray_head.unit,
+                restore={entry.ray_head.unit_path: previous_paths(_ray_name(entry))[0]},
+                _if=group_failed((entry.group.head, entry.group.server)))
+    for entry in entries:
         if entry.role == "head":
             _restored(entry)
     for entry in entries:
@@ -215,7 +230,8 @@ def _restore_or_forget(
                       group=group.server, member=_member(entry), _if=group_failed(key))
         previous_forgotten(
             name=f"Forget the previous configuration of {entry.unit} (the group serves)",
-            saved=list(previous_paths(entry.name)),
+            saved=[*previous_paths(entry.name),
+                   *([previous_paths(_ray_name(entry))[0]] if entry.ray_head else [])],
             _if=[any_changed(restart[entry.name], started[entry.name]), group_served(key)])
 
 
@@ -227,3 +243,26 @@ def _restored(entry: ServerUnit) -> None:
         name=f"Put the previous {entry.unit} back ({_member(entry)}): the group did not come up",
         unit=entry.unit, restore={entry.unit_path: saved_unit, entry.env_path: saved_env},
         _if=group_failed((group.head, group.server)))
+
+
+def _ray_name(entry: ServerUnit) -> str:
+    """The name whose previous-copy paths the Ray head unit's saved copy uses."""
+    return f"{entry.name}-ray"
+
+
+def _ray_head_written(
+    entry: ServerUnit, uploaded: dict[str, tuple[str, list[OperationMeta]]]
+) -> list[OperationMeta]:
+    """Keep and write the Ray head unit of a head over Ray; the operations whose change
+    restarts the group (none for any other member)."""
+    ray = entry.ray_head
+    if ray is None:
+        return []
+    previous_saved(name=f"Keep the current {ray.unit}", path=ray.unit_path,
+                   text=ray.unit_text, backup=previous_paths(_ray_name(entry))[0])
+    unit_op = files.put(
+        name=f"Write {ray.unit} (the Ray head of {entry.name})",
+        src=StringIO(ray.unit_text), dest=ray.unit_path, user="root", group="root", mode="644",
+    )
+    systemd.daemon_reload(name=f"Reload systemd for {ray.unit}", _if=unit_op.did_change)
+    return [unit_op, *[op for name in ("ray_node", "ray_joined") for op in uploaded[name][1]]]

@@ -48,7 +48,8 @@ def retired_servers() -> None:
     plan = current_plan()
     undeclared_servers_removed(
         name="Remove servers that are no longer in the fleet file",
-        keep=[entry.unit for entry in plan.servers],
+        keep=[entry.unit for entry in plan.servers]
+        + [entry.ray_head.unit for entry in plan.servers if entry.ray_head],
         unit_dir=plan.unit_dir,
         env_dir=plan.env_dir,
         previous_dir=PREVIOUS_DIR,
@@ -102,6 +103,9 @@ def services(
             "wait_joined": "the group join waiter",
             "group_wait": "the group member waiter"}
            if any(entry.group for entry in plan.servers) else {}),
+        **({"ray_node": "the Ray node starter", "ray_joined": "the Ray cluster waiter"}
+           if any(entry.ray_head or (entry.group and entry.group.launcher == "ray")
+                  for entry in plan.servers) else {}),
     })
     # The units run the health waiter (ExecStartPost): only its own files restart servers.
     _, wait_ops = uploaded["wait_healthy"]

@@ -22,6 +22,7 @@ from facts.vllm import PythonVersion
 from fleet.hostplan import HostPlan
 from fleet.paths import PYTHON_DIR, UV_DIR
 from operations.python import managed_python, venv_ready
+from operations.ray import ray_installed
 from operations.vllm import vllm_installed
 
 
@@ -70,7 +71,7 @@ def vllm_env() -> OperationMeta:
         interpreter=interpreter,
     )
     # A rebuilt venv is empty, so the install below changes too: it alone says "vLLM changed".
-    return vllm_installed(
+    installed = vllm_installed(
         name=f"Install {plan.vllm_package}",
         venv=plan.venv,
         requirement=plan.vllm_package,
@@ -79,3 +80,11 @@ def vllm_env() -> OperationMeta:
         wheel=plan.vllm_wheel,
         extra_index_url=plan.pip_extra_index,
     )
+    if plan.ray_package:  # a member of a server across hosts over Ray (fleet/ray.py)
+        ray_installed(
+            name=f"Install {plan.ray_package} (the group's Ray launcher)",
+            venv=plan.venv,
+            requirement=plan.ray_package,
+            extra_index_url=plan.pip_extra_index,
+        )
+    return installed

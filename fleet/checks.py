@@ -203,8 +203,8 @@ def _check_cuda(base: tuple[str | int, ...], host: Host) -> Iterator[Finding]:
         )
 
 
-#: Why this version does not deploy a server across hosts over Ray (the deploy refuses it,
-#: and ``fleet check`` warns about it); the native launcher deploys (docs/multinode.md).
+#: What an earlier version said of a server across hosts over Ray; both launchers deploy now
+#: (the Ray launcher on GPU builds: ``fleet.multinode.check_group`` refuses it on the cpu build).
 MULTI_NODE_REFUSAL = (
     "a server across hosts with multinode.launcher ray is planned and checked, not deployed by "
     "this version"
@@ -221,11 +221,9 @@ def deploy_refusal(server: Server) -> str | None:
         >>> deploy_refusal(Server(model="m", port=1, worker_hosts=["b"])) is None
         True
         >>> deploy_refusal(Server(model="m", port=1, worker_hosts=["b"],
-        ...                       multinode={"launcher": "ray"}))[:44]
-        'a server across hosts with multinode.launche'
+        ...                       multinode={"launcher": "ray"})) is None
+        True
     """
-    if server.worker_hosts and server.multinode and server.multinode.launcher.value == "ray":
-        return MULTI_NODE_REFUSAL + "; use launcher: native (the default), or deploy Ray by hand"
     return None
 
 

@@ -296,3 +296,21 @@ def _replica_ref(value: str) -> str:
 
 
 ReplicaRef = Annotated[str, AfterValidator(_replica_ref)]
+_RELEASE = re.compile(r"[0-9]{1,4}\.[0-9]{1,4}\.[0-9]{1,4}")
+
+
+def _release(value: str) -> str:
+    """A package's exact release, as pip pins it (``2.48.0``).
+
+    Example:
+        >>> _release("2.48.0")
+        '2.48.0'
+    """
+    refuse_control(value, "a release")
+    if not _RELEASE.fullmatch(value):
+        raise ValueError(f"{value!r} is not an exact release: write three numbers, like 2.48.0")
+    return value
+
+
+#: An exact package release (``multinode.ray_version``).
+Release = Annotated[str, AfterValidator(_release)]

@@ -57,6 +57,7 @@ class ServerUnit:
     + refusal: why this version does not deploy the server (None: it does), decided in fleet
     + group: for a server across hosts, the group and this host's part in it (the head's unit
       serves the API; a worker host's unit of the same name joins it headless)
+    + ray_head: on the head of a group over Ray, its Ray head unit (None otherwise)
 
     Example:
         >>> unit = ServerUnit(name="tiny", unit="vllm-tiny.service",
@@ -84,6 +85,7 @@ class ServerUnit:
     refusal: str | None = None
     rollout: ReplicaRollout | None = None
     group: GroupPlan | None = None
+    ray_head: RayHeadUnit | None = None
 
     @property
     def url(self) -> str:
@@ -139,6 +141,24 @@ class GroupPlan:
     def is_head(self) -> bool:
         """Whether this host is the head."""
         return self.rank == 0
+
+
+@dataclass(frozen=True)
+class RayHeadUnit:
+    """The Ray head of a server across hosts over Ray (launcher ``ray``), on the head host: its
+    own unit, started before the head's vLLM unit (which requires it).
+
+    + unit, unit_path, unit_text: its systemd unit (``vllm-NAME-ray.service``)
+
+    Example:
+        >>> RayHeadUnit(unit="vllm-big-ray.service",
+        ...     unit_path="/etc/systemd/system/vllm-big-ray.service", unit_text="[Unit]\\n").unit
+        'vllm-big-ray.service'
+    """
+
+    unit: str
+    unit_path: str
+    unit_text: str
 
 
 @dataclass(frozen=True)
@@ -405,6 +425,8 @@ class HostPlan:
     + stack: the driver, CUDA, governor and open-file limit
     + venv, user, sysctl_path, models_dir, env_dir, unit_dir: where
       things live (from :mod:`fleet.paths`)
+    + monitoring: the host's monitoring part; ray_package: the Ray a member of a group over
+      Ray installs beside vLLM (None on other hosts; :mod:`fleet.ray`)
 
     ``sysctl`` is a dict: treat it as read-only, like the rest of the plan.
     """
@@ -433,6 +455,7 @@ class HostPlan:
     unit_dir: str = UNIT_DIR
     routers: tuple[RouterUnit, ...] = ()
     monitoring: MonitoringPlan | None = None
+    ray_package: str | None = None
 
     @property
     def python_bin(self) -> str:

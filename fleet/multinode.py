@@ -25,6 +25,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from fleet.problems import Finding
+from fleet.ray import VLLM_RAY, ray_pin
 from fleet.spec import Fleet, Host, Launcher, MultiNode, Server
 
 #: The address sandbox hosts reach each other at: they share this machine's network.
@@ -242,10 +243,31 @@ def check_group(
                f"the head is reached at {address}, a loopback address, but its workers "
                f"({workers}) run on other machines",
                "give the address the workers reach this host at (multinode.head_address)")
+    if group.launcher is Launcher.ray:
+        yield from _check_ray(host, sbase, group)
     if group.ray_min_worker_port > group.ray_max_worker_port:
         yield ((*sbase, "multinode", "ray_min_worker_port"),
                "ray_min_worker_port is above ray_max_worker_port", None)
     yield from _check_member_ports(fleet, name, sbase, server)
+
+
+#: vLLM 0.32's own words when its CPU platform is asked to serve over Ray
+#: (``vllm/v1/executor/ray_utils.py``: the CPU platform has no ``ray_device_key``).
+CPU_RAY_ERROR = "current platform cpu does not support ray."
+
+
+def _check_ray(host: Host, sbase: tuple[str | int, ...], group: MultiNode) -> Iterator[Finding]:
+    """The Ray launcher needs a GPU build, and a Ray known for the vLLM release (or named)."""
+    if host.vllm.variant.value == "cpu":
+        yield ((*sbase, "multinode", "launcher"),
+               f"the cpu build of vLLM cannot serve over Ray: vLLM {host.vllm.version} says "
+               f"`ValueError: {CPU_RAY_ERROR}`",
+               "use launcher: native (the default) on cpu hosts")
+    if group.ray_version is None and ray_pin(host.vllm.version) is None:
+        yield ((*sbase, "multinode", "launcher"),
+               f"no Ray is known for vLLM {host.vllm.version} (fleet/ray.py knows "
+               + ", ".join(".".join(map(str, first[:2])) for first, *_ in VLLM_RAY) + ")",
+               "name the Ray to install: multinode.ray_version")
 
 
 def _check_member_ports(

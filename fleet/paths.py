@@ -238,3 +238,25 @@ def startup_record(server: str) -> str:
         '/var/lib/vllm-fleet/startups/chat.jsonl'
     """
     return f"{STARTUPS_DIR}/{server}.jsonl"
+
+
+def ray_unit_name(server: str) -> str:
+    """The Ray head unit of a server across hosts over Ray: ``big`` → ``vllm-big-ray.service``."""
+    return f"vllm-{server}-ray.service"
+
+
+def ray_unit_path(server: str) -> str:
+    """Where a server's Ray head unit is written."""
+    return f"{UNIT_DIR}/{ray_unit_name(server)}"
+
+
+def ray_runtime_dir(server: str) -> str:
+    """The Ray head unit's ``RuntimeDirectory=`` (relative to /run): Ray's ``--temp-dir`` (its
+    session, sockets and logs), shared with the head's vLLM unit, whose Ray driver connects to
+    the local node through the sockets there.
+
+    Example:
+        >>> ray_runtime_dir("big")
+        'vllm-fleet/ray/big'
+    """
+    return f"vllm-fleet/ray/{server}"

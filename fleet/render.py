@@ -19,7 +19,7 @@ from dataclasses import replace
 
 from fleet.checks import deploy_refusal
 from fleet.endpoints import replica_rollout, router_units
-from fleet.hostplan import GroupPlan, HostPlan, ServerUnit
+from fleet.hostplan import GroupPlan, HostPlan, RayHeadUnit, ServerUnit
 from fleet.modelplan import model_plan
 from fleet.monitoring import monitoring_plan
 from fleet.multinode import (
@@ -41,6 +41,9 @@ from fleet.paths import (
     env_path,
     gpu_device,
     model_path,
+    ray_runtime_dir,
+    ray_unit_name,
+    ray_unit_path,
     remote_program,
     runtime_dir,
     runtime_path,
@@ -51,6 +54,7 @@ from fleet.paths import (
     unit_path,
 )
 from fleet.quoting import sysctl_line, systemd_quote
+from fleet.ray import ray_requirement, ray_start
 from fleet.secrets import read_secret
 from fleet.spec import Fleet, Host, SecretRef, Server, Variant, arg_text
 from fleet.stack import stack_plan
@@ -180,6 +184,7 @@ def render_unit(fleet: Fleet, host_name: str, name: str) -> str:
     numa, numa_note = server_binding(host, server)
     if server.worker_hosts:
         command = member_command(fleet, host_name, name, Member(host_name, 0), command[3:])
+    ray_wait = ray_head_wait(fleet, host_name, name)
     return template("vllm-server.service.j2").render(
         group=group_plan(fleet, host_name, name, Member(host_name, 0)),
         host_name=host_name,
@@ -196,7 +201,8 @@ def render_unit(fleet: Fleet, host_name: str, name: str) -> str:
         exec_start=" ".join(systemd_quote(word) for word in command),
         python=f"{VENV_DIR}/bin/python",
         wait_script=WAIT_SCRIPT,
-        start_timeout=START_TIMEOUT,
+        start_timeout=START_TIMEOUT + (settings(server).join_timeout if ray_wait else 0),
+        ray_wait=ray_wait,
         gpu_devices=(
             [gpu_device(i) for i in sorted(set(server.gpus))] + list(NVIDIA_DEVICES)
             if host.vllm.variant is not Variant.cpu
@@ -245,6 +251,7 @@ def server_unit(fleet: Fleet, host_name: str, name: str,
         refusal=deploy_refusal(server),
         rollout=replica_rollout(fleet, host_name, name),
         group=group_plan(fleet, host_name, name, Member(host_name, 0)),
+        ray_head=ray_head_unit(fleet, host_name, name),
     )
 
 
@@ -265,6 +272,9 @@ def group_plan(fleet: Fleet, head: str, name: str, member: Member) -> GroupPlan 
     model = fleet.models.get(server.model)
     parts = [server.model_dump_json(), model.model_dump_json() if model else ""]
     parts += [f"{m}:{fleet.hosts[m].vllm.model_dump_json()}" for m in members if m in fleet.hosts]
+    if group.launcher.value == "ray":  # a new Ray pin restarts the group too
+        parts += [ray_requirement(fleet.hosts[m].vllm.version, fleet.hosts[m].vllm.variant.value,
+                                  group.ray_version) or "" for m in members if m in fleet.hosts]
     return GroupPlan(
         server=name,
         head=head,
@@ -291,13 +301,7 @@ def member_command(fleet: Fleet, head: str, name: str, member: Member,
     words = [*words, *member_flags(fleet, head, name, member.rank)]
     python = f"{VENV_DIR}/bin/python"
     if group.launcher == "ray" and member.rank:
-        ray = settings(server)
-        return [f"{VENV_DIR}/bin/ray", "start", "--block", "--address",
-                f"{group.head_address}:{group.join_port}",
-                "--node-manager-port", str(ray.ray_node_manager_port),
-                "--object-manager-port", str(ray.ray_object_manager_port),
-                "--min-worker-port", str(ray.ray_min_worker_port),
-                "--max-worker-port", str(ray.ray_max_worker_port)]
+        return ray_node_command(fleet, head, name, member)
     if group.launcher == "ray":
         return [python, "-m", server_module(fleet.hosts[head].vllm.version), *words]
     if server.dp > 1:
@@ -395,4 +399,114 @@ def host_plan(
         stack=replace(stack_plan(host), serves=True) if joined else stack_plan(host),
         monitoring=monitoring_plan(fleet, host_name),
         routers=router_units(fleet, host_name, secrets),
+        ray_package=ray_package(fleet, host_name),
     )
+
+
+# --------------------------------------------------------------------------------------------
+# The Ray launcher (fleet/ray.py decides the Ray; docs/multinode.md)
+# --------------------------------------------------------------------------------------------
+
+#: The host program that starts a Ray node on the declared interface's address.
+RAY_NODE_SCRIPT = remote_program("ray_node")
+#: The host program that waits until ``ray status`` shows every member's node.
+RAY_JOINED_SCRIPT = remote_program("ray_joined")
+#: Ray's command in the venv.
+RAY = f"{VENV_DIR}/bin/ray"
+
+
+def _ray_group(fleet: Fleet, head: str, name: str) -> bool:
+    server = fleet.hosts[head].servers[name]
+    return bool(server.worker_hosts) and settings(server).launcher.value == "ray"
+
+
+def ray_gpus(fleet: Fleet, head: str, name: str) -> int:
+    """The GPUs each member's Ray node offers: the server's GPUs (none on the cpu build)."""
+    server = fleet.hosts[head].servers[name]
+    return 0 if fleet.hosts[head].vllm.variant is Variant.cpu else len(server.gpus)
+
+
+def ray_node_command(fleet: Fleet, head: str, name: str, member: Member) -> list[str]:
+    """A member's ``ray start --block`` (head or worker), run by :data:`RAY_NODE_SCRIPT`, which
+    adds ``--node-ip-address``: the declared interface's address (the head without an
+    interface: its ``head_address``; a worker without one: Ray's own choice)."""
+    server = fleet.hosts[head].servers[name]
+    group = settings(server)
+    address = head_address(fleet, head, server)
+    temp = (f"/run/{ray_runtime_dir(name)}" if member.rank == 0
+            else f"/run/{runtime_dir(name)}/ray")
+    words = ray_start(RAY, head=member.rank == 0, address=address, port=group.ray_port,
+                      node_manager_port=group.ray_node_manager_port,
+                      object_manager_port=group.ray_object_manager_port,
+                      min_worker_port=group.ray_min_worker_port,
+                      max_worker_port=group.ray_max_worker_port,
+                      gpus=ray_gpus(fleet, head, name), host=member.host, temp_dir=temp)
+    if group.interface:
+        where = ["--interface", group.interface]
+    elif member.rank == 0:
+        where = ["--address", address]
+    else:
+        where = []
+    return [f"{VENV_DIR}/bin/python", RAY_NODE_SCRIPT, *where, "--", *words]
+
+
+def ray_head_wait(fleet: Fleet, head: str, name: str) -> dict[str, object] | None:
+    """What the head's vLLM unit over Ray needs from its Ray head (None: not a Ray group): the
+    Ray head unit it requires, the runtime folder it shares, and its bounded wait (an
+    ``ExecStartPre``) until every member's node is in the cluster."""
+    if not _ray_group(fleet, head, name):
+        return None
+    server = fleet.hosts[head].servers[name]
+    group = settings(server)
+    members = [m.host for m in group_members(fleet, head, name)]
+    wait = [f"{VENV_DIR}/bin/python", RAY_JOINED_SCRIPT, "--ray", RAY, "--address",
+            f"{head_address(fleet, head, server)}:{group.ray_port}",
+            *[word for host in members for word in ("--member", host)],
+            "--gpus", str(ray_gpus(fleet, head, name) * len(members)),
+            "--timeout", str(group.join_timeout)]
+    return {"unit": ray_unit_name(name), "runtime": f"/run/{ray_runtime_dir(name)}",
+            "exec_wait": " ".join(systemd_quote(word) for word in wait)}
+
+
+def ray_head_unit(fleet: Fleet, head: str, name: str) -> RayHeadUnit | None:
+    """The Ray head unit of a server across hosts over Ray (None for any other server)."""
+    if not _ray_group(fleet, head, name):
+        return None
+    host = fleet.hosts[head]
+    server = host.servers[name]
+    group = group_plan(fleet, head, name, Member(head, 0))
+    command = ray_node_command(fleet, head, name, Member(head, 0))
+    text = template("vllm-ray-head.service.j2").render(
+        group=group,
+        host_name=head,
+        server_name=name,
+        user=SERVICE_USER,
+        env_file=env_path(name),
+        state_dir=state_dir(name),
+        cache_dirs=[server_dir(name), f"{server_dir(name)}/tmp"],
+        ray_runtime_dir=ray_runtime_dir(name),
+        exec_start=" ".join(systemd_quote(word) for word in command),
+        python=f"{VENV_DIR}/bin/python",
+        joined_script=RAY_JOINED_SCRIPT,
+        ray=RAY,
+        gpus=ray_gpus(fleet, head, name),
+        gpu_devices=(
+            [gpu_device(i) for i in sorted(set(server.gpus))] + list(NVIDIA_DEVICES)
+            if host.vllm.variant is not Variant.cpu
+            else []
+        ),
+    )
+    return RayHeadUnit(unit=ray_unit_name(name), unit_path=ray_unit_path(name), unit_text=text)
+
+
+def ray_package(fleet: Fleet, host_name: str) -> str | None:
+    """The Ray requirement a host installs beside vLLM: on every member of a group over Ray
+    (``fleet.ray``; the fleet file's ``multinode.ray_version`` first), else None."""
+    host = fleet.hosts[host_name]
+    heads = [(host_name, name) for name in host.servers]
+    heads += [(head, name) for head, name, _ in groups_with_member(fleet, host_name)]
+    for head, name in heads:
+        if _ray_group(fleet, head, name):
+            override = settings(fleet.hosts[head].servers[name]).ray_version
+            return ray_requirement(host.vllm.version, host.vllm.variant.value, override)
+    return None

@@ -45,6 +45,7 @@ from fleet.fields import (
     LocalPath,
     OneLine,
     OptionWord,
+    Release,
     ReplicaRef,
     SecretVariable,
     SysctlKey,
@@ -815,6 +816,11 @@ class MultiNode(Strict):
         600, ge=10, le=7200,
         description="Seconds the deploy waits for every member to join before failing, naming "
         "the member that did not.",
+    )
+    ray_version: Release | None = Field(
+        None,
+        description="Ray release every member installs with launcher: ray; default: the one "
+        "vLLM's release is tested with (fleet/ray.py, e.g. 2.48.0 for vLLM 0.32).",
     )
 
 

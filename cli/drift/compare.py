@@ -345,6 +345,7 @@ def _vllm_rows(host: str, plan: HostPlan, facts: dict[str, Any]) -> Iterator[Row
 def _retired_rows(host: str, plan: HostPlan, facts: dict[str, Any]) -> Iterator[Row]:
     """A row for each server unit vllm-fleet wrote that the fleet file no longer declares."""
     declared = {server.unit for server in plan.servers}
+    declared |= {server.ray_head.unit for server in plan.servers if server.ray_head}
     for unit in facts.get("fleet_units", []):
         if unit not in declared:
             yield Row(host, f"unit {unit}", "not declared (removed from the fleet file)",

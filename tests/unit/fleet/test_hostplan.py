@@ -109,16 +109,11 @@ def test_servers_of_a_model() -> None:
 # --- rules decided in fleet, not in the deploys ----------------------------------------------
 
 
-def test_a_server_across_hosts_over_ray_is_a_located_warning() -> None:
+def test_a_server_across_hosts_over_ray_has_no_deploy_warning_any_more() -> None:
     found: list = []
     load_fleet(RAY_EXAMPLE, warnings=found)
-    warnings = [w for w in found if "multinode" in w.path]
-    [warning] = warnings
-    assert warning.severity == "warning"
-    assert warning.path == ("hosts", "hgx-h200-01", "servers", "deepseek", "multinode",
-                            "launcher")
-    assert warning.line == 80
-    assert MULTI_NODE_REFUSAL in warning.message
+    assert [w for w in found if "multinode" in w.path] == []
+    assert all(MULTI_NODE_REFUSAL not in w.message for w in found)
 
 
 def test_a_server_across_hosts_with_the_native_launcher_has_no_warning() -> None:
@@ -134,15 +129,14 @@ def test_a_server_across_hosts_with_the_native_launcher_has_no_warning() -> None
 def test_the_examples_with_a_server_across_hosts_stay_valid(command: str, example, capsys):
     assert main([command, str(example)]) == 0
     if command == "check" and example == RAY_EXAMPLE:
-        assert "planned and checked, not deployed by this version" in capsys.readouterr().err
+        assert "planned and checked, not deployed by this version" not in capsys.readouterr().err
 
 
-def test_the_plan_carries_the_same_decision_as_the_warning() -> None:
-    fleet = load_fleet(RAY_EXAMPLE)
-    [server] = host_plan(fleet, "hgx-h200-01", secrets=lambda ref: "s").servers
-    assert server.refusal is not None and server.refusal.startswith(MULTI_NODE_REFUSAL)
+def test_the_plan_deploys_both_launchers() -> None:
+    [server] = host_plan(load_fleet(RAY_EXAMPLE), "hgx-h200-01", secrets=lambda ref: "s").servers
+    assert server.refusal is None and server.ray_head is not None
     [native] = host_plan(load_fleet(EXAMPLE), "hgx-h200-01", secrets=lambda ref: "s").servers
-    assert native.refusal is None
+    assert native.refusal is None and native.ray_head is None
 
 
 CUDA_FLEET = """\

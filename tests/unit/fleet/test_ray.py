@@ -1,0 +1,220 @@
+"""The Ray launcher, rendered: inventory/examples/h200-pair-ray.yaml on both members.
+
+The head gets a Ray head unit and its vLLM unit (``--distributed-executor-backend ray``, read by
+vLLM 0.32's own parser as the native example's command lines are), the worker a Ray worker
+unit; every ``ray start`` command line is read by Ray's own command-line parser (the ``ray``
+package, where installed); Ray is pinned per vLLM release and installed on both members.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from fleet.load import load_fleet, load_text
+from fleet.problems import FleetError
+from fleet.ray import ray_pin, ray_requirement
+from fleet.render import host_plan
+from tests.unit.fleet.test_flags import VALIDATOR, vllm_python
+from tests.unit.fleet.test_multinode import DRIVER, exec_start
+
+ROOT = Path(__file__).resolve().parents[3]
+RAY_EXAMPLE = ROOT / "inventory" / "examples" / "h200-pair-ray.yaml"
+NATIVE_EXAMPLE = ROOT / "inventory" / "examples" / "h200-pair.yaml"
+HEAD, WORKER = "hgx-h200-01", "hgx-h200-02"
+
+
+def plan(host: str, example: Path = RAY_EXAMPLE):
+    return host_plan(load_fleet(example), host, secrets=lambda ref: "the-key")
+
+
+def server(host: str):
+    [entry] = plan(host).servers
+    return entry
+
+
+def directives(text: str, key: str) -> list[str]:
+    return [line.split("=", 1)[1] for line in text.splitlines() if line.startswith(key + "=")]
+
+
+def ray_words(line: str) -> list[str]:
+    """The ``ray start …`` words of a Ray unit's ExecStart (after ray_node.py's ``--``)."""
+    words = shlex.split(line)
+    assert words[1].endswith("/hostside/ray_node.py"), words
+    return words[words.index("--") + 1:]
+
+
+# --- Ray per vLLM release --------------------------------------------------------------------
+
+
+def test_vllm_032_runs_on_the_ray_its_ci_pins_with_compiled_graph() -> None:
+    # vllm 0.32.0's wheel does not depend on Ray; its executor needs ray>=2.43.0 with cgraph,
+    # its CI lock (requirements/test/cuda.txt) pins ray==2.48.0
+    assert ray_pin("0.32.0") == ("2.43.0", "2.48.0")
+    assert ray_requirement("0.32.0", "cu130") == "ray[cgraph]==2.48.0"
+    assert ray_pin("0.11.0") is None
+
+
+def test_both_members_install_the_pinned_ray_and_native_groups_none() -> None:
+    assert plan(HEAD).ray_package == plan(WORKER).ray_package == "ray[cgraph]==2.48.0"
+    assert plan(HEAD, NATIVE_EXAMPLE).ray_package is None
+    assert plan(WORKER, NATIVE_EXAMPLE).ray_package is None
+
+
+def test_the_fleet_file_may_name_another_ray() -> None:
+    text = RAY_EXAMPLE.read_text().replace("ray_port: 6379}",
+                                           'ray_port: 6379, ray_version: "2.50.1"}')
+    fleet = load_text(text, "ray.yaml")
+    for host in (HEAD, WORKER):
+        assert host_plan(fleet, host, secrets=lambda ref: "k").ray_package == "ray[cgraph]==2.50.1"
+    before, after = (host_plan(f, HEAD, secrets=lambda ref: "k").servers[0].group.revision
+                     for f in (load_fleet(RAY_EXAMPLE), fleet))
+    assert before != after  # another Ray restarts the whole group
+
+
+def test_a_ray_version_that_is_not_a_release_is_a_located_error() -> None:
+    text = RAY_EXAMPLE.read_text().replace("ray_port: 6379}",
+                                           'ray_port: 6379, ray_version: "latest"}')
+    with pytest.raises(FleetError) as error:
+        load_text(text, "ray.yaml")
+    assert "ray_version" in str(error.value) and "2.48.0" in str(error.value)
+
+
+def test_a_release_the_table_does_not_know_needs_a_ray_version() -> None:
+    text = RAY_EXAMPLE.read_text().replace('version: "0.32.0"', 'version: "0.31.0"')
+    with pytest.raises(FleetError) as error:
+        load_text(text, "ray.yaml")
+    assert "no Ray is known for vLLM 0.31.0" in str(error.value)
+    assert "multinode.ray_version" in str(error.value)
+
+
+def test_the_cpu_build_is_refused_over_ray_with_vllms_own_words() -> None:
+    text = (RAY_EXAMPLE.read_text().replace("variant: cu130", "variant: cpu")
+            .replace('    cuda: "13.0"\n', "")
+            .replace('    nvidia: {driver: "580.65.06", persistence: true, fabric_manager: true}\n',
+                     ""))
+    with pytest.raises(FleetError) as error:
+        load_text(text, "ray.yaml")
+    message = str(error.value)
+    assert "ValueError: current platform cpu does not support ray." in message
+    assert "multinode.launcher" in message and "launcher: native" in message
+
+
+# --- the head: a Ray head unit, then vLLM over Ray ---------------------------------------------
+
+
+def test_the_head_runs_a_ray_head_on_the_declared_interface_with_its_gpus() -> None:
+    ray = server(HEAD).ray_head
+    assert ray.unit == "vllm-deepseek-ray.service"
+    assert ray.unit_path == "/etc/systemd/system/vllm-deepseek-ray.service"
+    [line] = directives(ray.unit_text, "ExecStart")
+    assert "/hostside/ray_node.py --interface ens8f0 -- " in line
+    assert ray_words(line) == [
+        "/opt/vllm-fleet/venv/bin/ray", "start", "--block", "--head", "--port", "6379",
+        "--include-dashboard=false", "--node-manager-port", "6380", "--object-manager-port",
+        "6381", "--min-worker-port", "10002", "--max-worker-port", "10999", "--num-gpus", "8",
+        "--resources", '{"fleet_member_hgx-h200-01":1}', "--temp-dir",
+        "/run/vllm-fleet/ray/deepseek", "--disable-usage-stats"]
+    assert directives(ray.unit_text, "RuntimeDirectory") == ["vllm-fleet/ray/deepseek"]
+
+
+def test_the_ray_head_unit_is_hardened_with_the_devices_ray_needs() -> None:
+    text = server(HEAD).ray_head.unit_text
+    assert text.startswith("# Managed by vllm-fleet — edit the fleet file, not this unit.\n")
+    for line in ("User=vllm", "NoNewPrivileges=yes", "ProtectSystem=strict", "PrivateTmp=yes",
+                 "CapabilityBoundingSet=", "DevicePolicy=closed", "LimitMEMLOCK=infinity",
+                 "DeviceAllow=/dev/nvidia7 rw", "DeviceAllow=char-infiniband_verbs rw",
+                 "SystemCallFilter=@system-service", "Restart=always"):
+        assert line in text.splitlines(), line
+    assert "EnvironmentFile=/etc/vllm-fleet/deepseek.env" in text  # NCCL/GLOO interface
+
+
+def test_the_heads_vllm_starts_after_its_ray_head_and_waits_for_every_node() -> None:
+    text = server(HEAD).unit_text
+    assert directives(text, "Requires") == ["vllm-deepseek-ray.service"]
+    assert "vllm-deepseek-ray.service" in directives(text, "After")
+    assert directives(text, "Environment") == ["RAY_ADDRESS=10.10.0.1:6379"]
+    assert directives(text, "ReadWritePaths") == ["-/run/vllm-fleet/ray/deepseek"]
+    [wait] = directives(text, "ExecStartPre")
+    assert wait == ("+/opt/vllm-fleet/venv/bin/python /usr/local/lib/vllm-fleet/hostside/"
+                    "ray_joined.py --ray /opt/vllm-fleet/venv/bin/ray --address 10.10.0.1:6379 "
+                    "--member hgx-h200-01 --member hgx-h200-02 --gpus 16 --timeout 600")
+    # the wait is part of the start: the start timeout covers it
+    assert directives(text, "TimeoutStartSec") == [str(900 + 600)]
+
+
+def test_the_native_head_has_no_ray() -> None:
+    [entry] = plan(HEAD, NATIVE_EXAMPLE).servers
+    assert entry.ray_head is None
+    for key in ("Requires", "ExecStartPre", "Environment"):
+        assert directives(entry.unit_text, key) == []
+
+
+@pytest.fixture(scope="module")
+def parsed_head() -> list:
+    python = vllm_python()
+    if python is None:
+        pytest.skip("no python with vLLM installed (set FLEET_VLLM_PYTHON)")
+    lines = {HEAD: exec_start(server(HEAD).unit_text)}
+    run = subprocess.run([python, "-c", DRIVER, str(VALIDATOR.parent), json.dumps(lines)],
+                         capture_output=True, text=True, timeout=600, check=False)
+    found = [line for line in run.stdout.splitlines() if line.startswith("RESULTS ")]
+    assert found, run.stdout[-2000:] + run.stderr[-2000:]
+    return json.loads(found[-1][len("RESULTS "):])[HEAD]
+
+
+def test_vllm_reads_the_heads_command_line_over_ray(parsed_head) -> None:
+    code, message, args = parsed_head
+    assert code == 0, message
+    assert args["distributed_executor_backend"] == "ray"
+    assert (args["tensor_parallel_size"], args["pipeline_parallel_size"]) == (8, 2)
+    assert not args.get("headless") and args.get("nnodes") in (None, 1)
+
+
+# --- the worker: a Ray worker unit ------------------------------------------------------------
+
+
+def test_the_worker_runs_only_a_ray_node_joining_the_head() -> None:
+    entry = server(WORKER)
+    assert entry.ray_head is None and entry.unit == "vllm-deepseek.service"
+    [line] = directives(entry.unit_text, "ExecStart")
+    assert " --interface ens8f0 -- " in line
+    assert ray_words(line) == [
+        "/opt/vllm-fleet/venv/bin/ray", "start", "--block", "--address", "10.10.0.1:6379",
+        "--node-manager-port", "6380", "--object-manager-port", "6381", "--min-worker-port",
+        "10002", "--max-worker-port", "10999", "--num-gpus", "8", "--resources",
+        '{"fleet_member_hgx-h200-02":1}', "--temp-dir", "/run/vllm-fleet/servers/deepseek/ray",
+        "--disable-usage-stats"]
+    # joined: a process of the unit holds a link to the Ray head's GCS port
+    [post] = directives(entry.unit_text, "ExecStartPost")
+    assert "wait_joined.py --head hgx-h200-01 --connect 10.10.0.1:6379 " in post
+
+
+@pytest.mark.parametrize("host", [HEAD, WORKER])
+def test_every_member_talks_over_the_declared_interface(host: str) -> None:
+    env = server(host).env_text
+    assert "NCCL_SOCKET_IFNAME=ens8f0\n" in env and "GLOO_SOCKET_IFNAME=ens8f0\n" in env
+
+
+def test_the_api_key_stays_on_the_head() -> None:
+    assert "VLLM_API_KEY" in server(HEAD).env_text
+    assert "VLLM_API_KEY" not in server(WORKER).env_text
+
+
+@pytest.mark.parametrize("host", [HEAD, WORKER])
+def test_rays_own_parser_accepts_every_ray_start(host: str) -> None:
+    scripts = pytest.importorskip("ray.scripts.scripts", reason="the ray package is not installed")
+    entry = server(host)
+    text = entry.ray_head.unit_text if entry.ray_head else entry.unit_text
+    [line] = directives(text, "ExecStart")
+    words = ray_words(line)
+    context = scripts.start.make_context("start", [*words[2:], "--node-ip-address", "10.10.0.1"])
+    params = context.params
+    assert params["block"] and params["head"] is (host == HEAD)
+    assert params["num_gpus"] == 8
+    assert params["include_dashboard"] is (False if host == HEAD else None)
+    assert json.loads(params["resources"]) == {f"fleet_member_{host}": 1}
