@@ -8,9 +8,9 @@ package, where installed); Ray is pinned per vLLM release and installed on both 
 
 from __future__ import annotations
 
+import importlib
 import json
 import shlex
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -19,8 +19,9 @@ from fleet.load import load_fleet, load_text
 from fleet.problems import FleetError
 from fleet.ray import ray_pin, ray_requirement
 from fleet.render import host_plan
-from tests.unit.fleet.test_flags import VALIDATOR, vllm_python
-from tests.unit.fleet.test_multinode import DRIVER, exec_start
+from tests.support.vllmparse import vllm_parse
+from tests.unit.fleet.test_flags import vllm_python
+from tests.unit.fleet.test_multinode import exec_start
 
 ROOT = Path(__file__).resolve().parents[3]
 RAY_EXAMPLE = ROOT / "inventory" / "examples" / "h200-pair-ray.yaml"
@@ -159,12 +160,7 @@ def parsed_head() -> list:
     python = vllm_python()
     if python is None:
         pytest.skip("no python with vLLM installed (set FLEET_VLLM_PYTHON)")
-    lines = {HEAD: exec_start(server(HEAD).unit_text)}
-    run = subprocess.run([python, "-c", DRIVER, str(VALIDATOR.parent), json.dumps(lines)],
-                         capture_output=True, text=True, timeout=600, check=False)
-    found = [line for line in run.stdout.splitlines() if line.startswith("RESULTS ")]
-    assert found, run.stdout[-2000:] + run.stderr[-2000:]
-    return json.loads(found[-1][len("RESULTS "):])[HEAD]
+    return vllm_parse(python, {HEAD: exec_start(server(HEAD).unit_text)})[HEAD]
 
 
 def test_vllm_reads_the_heads_command_line_over_ray(parsed_head) -> None:
@@ -207,7 +203,7 @@ def test_the_api_key_stays_on_the_head() -> None:
 
 @pytest.mark.parametrize("host", [HEAD, WORKER])
 def test_rays_own_parser_accepts_every_ray_start(host: str) -> None:
-    scripts = pytest.importorskip("ray.scripts.scripts", reason="the ray package is not installed")
+    scripts = importlib.import_module("ray.scripts.scripts")  # a dev dependency (pyproject)
     entry = server(host)
     text = entry.ray_head.unit_text if entry.ray_head else entry.unit_text
     [line] = directives(text, "ExecStart")
