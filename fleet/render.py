@@ -336,6 +336,7 @@ def render_member_unit(fleet: Fleet, head: str, name: str, member: Member) -> st
         exec_start=" ".join(systemd_quote(word) for word in command),
         python=f"{VENV_DIR}/bin/python",
         join_script=JOIN_SCRIPT,
+        ray_runtime_dir=ray_runtime_dir(name) if group.launcher == "ray" else None,
         gpu_devices=(
             [gpu_device(i) for i in sorted(set(server.gpus))] + list(NVIDIA_DEVICES)
             if host.vllm.variant is not Variant.cpu
@@ -433,8 +434,9 @@ def ray_node_command(fleet: Fleet, head: str, name: str, member: Member) -> list
     server = fleet.hosts[head].servers[name]
     group = settings(server)
     address = head_address(fleet, head, server)
-    temp = (f"/run/{ray_runtime_dir(name)}" if member.rank == 0
-            else f"/run/{runtime_dir(name)}/ray")
+    # one path on every node: a Ray worker node takes the head's temp dir whatever it is given
+    # (measured: `PermissionError: [Errno 13] Permission denied: '/run/vllm-fleet/ray'`)
+    temp = f"/run/{ray_runtime_dir(name)}"
     words = ray_start(RAY, head=member.rank == 0, address=address, port=group.ray_port,
                       node_manager_port=group.ray_node_manager_port,
                       object_manager_port=group.ray_object_manager_port,

@@ -19,6 +19,12 @@ import re
 import subprocess
 import sys
 import time
+from pathlib import Path
+
+if __package__ in (None, ""):  # run by its file on the host
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from hostside.groupnet import alive
 
 #: A resource line of ``ray status``'s usage: `` 0.0/16.0 GPU``, `` 0B/1.5GiB memory``.
 _USAGE = re.compile(r"\s*([0-9.]+)[A-Za-z]*/([0-9.]+)[A-Za-z]*\s+(\S+)\s*")
@@ -66,7 +72,8 @@ def status(ray: str, address: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Poll ``ray status`` until every member has joined (0) or the time ran out (2)."""
+    """Poll ``ray status`` until every member has joined (0), Ray's process (``--pid``) is
+    gone (1) or the time ran out (2)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--ray", required=True, help="the venv's ray command")
     parser.add_argument("--address", required=True, help="ADDRESS:PORT of the Ray head")
@@ -74,6 +81,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--gpus", type=int, default=0, help="GPUs the group needs in all")
     parser.add_argument("--timeout", type=float, default=600)
     parser.add_argument("--interval", type=float, default=2)
+    parser.add_argument("--pid", type=int, help="fail at once when this process (Ray) is gone")
     args = parser.parse_args(argv)
     deadline = time.monotonic() + args.timeout
     lacking = list(args.member)
@@ -83,6 +91,10 @@ def main(argv: list[str] | None = None) -> int:
             print(f"every member's Ray node has joined {args.address}: "
                   + ", ".join(args.member))
             return 0
+        if args.pid is not None and not alive(args.pid):
+            print(f"Ray (pid {args.pid}) exited before every member's node had joined "
+                  f"{args.address}: see this unit's log above", file=sys.stderr)
+            return 1
         if time.monotonic() >= deadline:
             break
         time.sleep(args.interval)

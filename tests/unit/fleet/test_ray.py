@@ -183,8 +183,11 @@ def test_the_worker_runs_only_a_ray_node_joining_the_head() -> None:
         "/opt/vllm-fleet/venv/bin/ray", "start", "--block", "--address", "10.10.0.1:6379",
         "--node-manager-port", "6380", "--object-manager-port", "6381", "--min-worker-port",
         "10002", "--max-worker-port", "10999", "--num-gpus", "8", "--resources",
-        '{"fleet_member_hgx-h200-02":1}', "--temp-dir", "/run/vllm-fleet/servers/deepseek/ray",
+        '{"fleet_member_hgx-h200-02":1}', "--temp-dir", "/run/vllm-fleet/ray/deepseek",
         "--disable-usage-stats"]
+    # Ray's temp dir is the head's path on every node: the worker's unit makes it its own
+    assert directives(entry.unit_text, "RuntimeDirectory") == [
+        "vllm-fleet/servers/deepseek vllm-fleet/ray/deepseek"]
     # joined: a process of the unit holds a link to the Ray head's GCS port
     [post] = directives(entry.unit_text, "ExecStartPost")
     assert "wait_joined.py --head hgx-h200-01 --connect 10.10.0.1:6379 " in post

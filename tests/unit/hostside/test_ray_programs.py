@@ -98,3 +98,15 @@ def test_the_wait_is_bounded_and_names_the_member_that_did_not_join(ray_head, ca
     err = capsys.readouterr().err
     assert f"the Ray node of gone-host did not join the Ray head at {address} within 3s" in err
     assert "here" not in err.split("did not join")[0]
+
+
+def test_the_wait_fails_at_once_when_ray_is_gone(capsys) -> None:
+    # a dead ray start (the unit's main process): no 120 s wait on a cluster that never comes
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    start = time.monotonic()
+    code = ray_joined.main(["--ray", "/bin/false", "--address", "127.0.0.1:1", "--member", "a",
+                            "--pid", str(gone.pid), "--timeout", "60", "--interval", "0.1"])
+    assert code == 1 and time.monotonic() - start < 10
+    assert f"Ray (pid {gone.pid}) exited before every member's node had joined" in (
+        capsys.readouterr().err)
