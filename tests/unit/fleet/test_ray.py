@@ -202,6 +202,8 @@ def test_every_member_talks_over_the_declared_interface(host: str) -> None:
 def test_the_api_key_stays_on_the_head() -> None:
     assert "VLLM_API_KEY" in server(HEAD).env_text
     assert "VLLM_API_KEY" not in server(WORKER).env_text
+    # the Ray head reads the same env file (NCCL/GLOO settings) but drops the key
+    assert directives(server(HEAD).ray_head.unit_text, "UnsetEnvironment") == ["VLLM_API_KEY"]
 
 
 @pytest.mark.parametrize("host", [HEAD, WORKER])
