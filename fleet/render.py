@@ -193,21 +193,13 @@ def render_unit(fleet: Fleet, host_name: str, name: str) -> str:
         bind=server.host,
         port=server.port,
         after=[unit_name(other) for other in start_order(host)[name]],
-        user=SERVICE_USER,
-        env_file=env_path(name),
-        state_dir=state_dir(name),
-        cache_dirs=[server_dir(name), f"{server_dir(name)}/tmp"],
+        **_service_context(host, name, server),
         runtime_dir=runtime_dir(name),
         exec_start=" ".join(systemd_quote(word) for word in command),
         python=f"{VENV_DIR}/bin/python",
         wait_script=WAIT_SCRIPT,
         start_timeout=START_TIMEOUT + (settings(server).join_timeout if ray_wait else 0),
         ray_wait=ray_wait,
-        gpu_devices=(
-            [gpu_device(i) for i in sorted(set(server.gpus))] + list(NVIDIA_DEVICES)
-            if host.vllm.variant is not Variant.cpu
-            else []
-        ),
         numa=numa,
         numa_note=numa_note,
     )
@@ -315,6 +307,31 @@ def member_command(fleet: Fleet, head: str, name: str, member: Member,
     return [python, SERVE_SCRIPT, *watch, "--", *words]
 
 
+def _service_context(host: Host, name: str, server: Server) -> dict[str, object]:
+    """What every unit of server ``name`` renders alike (its own unit, a group worker's, the Ray
+    head's): the service user, env file, state and cache folders, and the GPU device nodes it may
+    open (none on the CPU build).
+
+    Example:
+        >>> from fleet.spec import Fleet
+        >>> fleet = Fleet.model_validate({"version": 1, "hosts": {"h": {"address": "sandbox",
+        ...     "vllm": {"version": "0.32.0", "variant": "cpu"}}}})
+        >>> sorted(_service_context(fleet.hosts["h"], "chat", Server(model="m", port=8000)))
+        ['cache_dirs', 'env_file', 'gpu_devices', 'state_dir', 'user']
+    """
+    return {
+        "user": SERVICE_USER,
+        "env_file": env_path(name),
+        "state_dir": state_dir(name),
+        "cache_dirs": [server_dir(name), f"{server_dir(name)}/tmp"],
+        "gpu_devices": (
+            [gpu_device(i) for i in sorted(set(server.gpus))] + list(NVIDIA_DEVICES)
+            if host.vllm.variant is not Variant.cpu
+            else []
+        ),
+    }
+
+
 def render_member_unit(fleet: Fleet, head: str, name: str, member: Member) -> str:
     """The systemd unit of a group's worker: vLLM headless, joining the head, on the worker."""
     host = fleet.hosts[member.host]
@@ -328,20 +345,12 @@ def render_member_unit(fleet: Fleet, head: str, name: str, member: Member) -> st
         group=group,
         host_name=member.host,
         server_name=name,
-        user=SERVICE_USER,
-        env_file=env_path(name),
-        state_dir=state_dir(name),
-        cache_dirs=[server_dir(name), f"{server_dir(name)}/tmp"],
+        **_service_context(host, name, server),
         runtime_dir=runtime_dir(name),
         exec_start=" ".join(systemd_quote(word) for word in command),
         python=f"{VENV_DIR}/bin/python",
         join_script=JOIN_SCRIPT,
         ray_runtime_dir=ray_runtime_dir(name) if group.launcher == "ray" else None,
-        gpu_devices=(
-            [gpu_device(i) for i in sorted(set(server.gpus))] + list(NVIDIA_DEVICES)
-            if host.vllm.variant is not Variant.cpu
-            else []
-        ),
     )
 
 
@@ -482,21 +491,13 @@ def ray_head_unit(fleet: Fleet, head: str, name: str) -> RayHeadUnit | None:
         group=group,
         host_name=head,
         server_name=name,
-        user=SERVICE_USER,
-        env_file=env_path(name),
-        state_dir=state_dir(name),
-        cache_dirs=[server_dir(name), f"{server_dir(name)}/tmp"],
+        **_service_context(host, name, server),
         ray_runtime_dir=ray_runtime_dir(name),
         exec_start=" ".join(systemd_quote(word) for word in command),
         python=f"{VENV_DIR}/bin/python",
         joined_script=RAY_JOINED_SCRIPT,
         ray=RAY,
         gpus=ray_gpus(fleet, head, name),
-        gpu_devices=(
-            [gpu_device(i) for i in sorted(set(server.gpus))] + list(NVIDIA_DEVICES)
-            if host.vllm.variant is not Variant.cpu
-            else []
-        ),
     )
     return RayHeadUnit(unit=ray_unit_name(name), unit_path=ray_unit_path(name), unit_text=text)
 
