@@ -19,17 +19,16 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
 import os
 import re
 import tempfile
 from pathlib import Path
 from typing import Any
 
-from pyinfra.api import Config, Inventory, State
 from rich.table import Table
 
 from cli.console import err, out, plural, report
+from cli.factsession import fact_inventory
 from cli.planview import reasons, tables
 from facts.gpumemory import GpuMemory
 from facts.gpus import GpuTopology
@@ -127,10 +126,7 @@ def read_targets(
     errors: list[str] = []
     if not targets:
         return states, links, errors
-    logging.getLogger("pyinfra").setLevel(logging.CRITICAL)
-    logging.getLogger("paramiko").setLevel(logging.CRITICAL)
-    inventory = Inventory((targets, {}))
-    State(inventory=inventory, config=Config(CONNECT_TIMEOUT=10))
+    inventory = fact_inventory(targets)
     for name, _ in targets:
         host = inventory.get_host(name)
         try:

@@ -16,17 +16,15 @@ from __future__ import annotations
 
 import contextlib
 import json
-import logging
 import re
 import shlex
 from collections.abc import Callable
 from typing import Any
 
-from pyinfra.api import Config, Inventory, State
-
 from cli.bench.plan import choose_servers, sharing_groups
 from cli.doctor.benchcheck import BENCH_RESULTS, last_baseline, measure
 from cli.drift.gather import plan_or_error
+from cli.factsession import fact_inventory
 from cli.models import INSTALLER
 from cli.remote import REQUEST_COMMAND
 from facts.doctor import (
@@ -115,10 +113,7 @@ def gather_fleet(path: str, only: str | None = None,
             continue
         targets.append((name, data, plan))
     if targets:
-        logging.getLogger("pyinfra").setLevel(logging.CRITICAL)
-        logging.getLogger("paramiko").setLevel(logging.CRITICAL)
-        inventory = Inventory(([(name, data) for name, data, _ in targets], {}))
-        State(inventory=inventory, config=Config(CONNECT_TIMEOUT=10))
+        inventory = fact_inventory([(name, data) for name, data, _ in targets])
         for name, _, plan in targets:
             if progress:
                 progress(name)

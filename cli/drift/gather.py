@@ -13,12 +13,10 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import logging
 import secrets
 from collections.abc import Callable
 from typing import Any
 
-from pyinfra.api import Config, Inventory, State
 from pyinfra.facts.deb import DebArch
 from pyinfra.facts.server import LinuxDistribution, Sysctl
 
@@ -30,6 +28,7 @@ from cli.drift.compare import (
     watched_files,
     watched_units,
 )
+from cli.factsession import fact_inventory
 from cli.models import INSTALLER
 from facts.gpuhealth import GpuHealth
 from facts.gpus import NvidiaSmiGpus, PciGpus
@@ -147,10 +146,7 @@ def drift(path: str, only: str | None = None,
         results[name] = []
         targets.append((name, data, plan))
     if targets:
-        logging.getLogger("pyinfra").setLevel(logging.CRITICAL)
-        logging.getLogger("paramiko").setLevel(logging.CRITICAL)
-        inventory = Inventory(([(name, data) for name, data, _ in targets], {}))
-        State(inventory=inventory, config=Config(CONNECT_TIMEOUT=10))
+        inventory = fact_inventory([(name, data) for name, data, _ in targets])
         for name, _, plan in targets:
             if progress:
                 progress(name)
