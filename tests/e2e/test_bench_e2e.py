@@ -131,18 +131,23 @@ soak: {duration: 6s, windows: 6}
 """
 
 
+def run_plan(fleet: Path, root: Path, plan: str):
+    """``fleet bench FLEET --plan`` with plan file text ``plan`` on the host's servers, in
+    ``root``: (the process, the run directory, its results.json)."""
+    (root / "plan.yaml").write_text(plan)
+    out = root / "run"
+    result = e2e.run([sys.executable, "-m", "cli.main", "bench", str(fleet), "--plan",
+                      str(root / "plan.yaml"), "--server", HOST, "--input-len", "32",
+                      "--output-len", str(OUTPUT_LEN), "--out", str(out), "--no-progress",
+                      "--sample-interval", "0.5"], fleet, ENV, timeout=300)  # fmt: skip
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    return result, out, json.loads((out / "results.json").read_text())
+
+
 @pytest.fixture(scope="module")
 def plan_run(deployed: Path, tmp_path_factory: pytest.TempPathFactory):
     """``fleet bench --plan`` with a plan file (short ladder, a 6 s soak) on the whole host."""
-    root = tmp_path_factory.mktemp("plan")
-    (root / "plan.yaml").write_text(PLAN)
-    out = root / "run"
-    result = e2e.run([sys.executable, "-m", "cli.main", "bench", str(deployed), "--plan",
-                      str(root / "plan.yaml"), "--server", HOST, "--input-len", "32",
-                      "--output-len", str(OUTPUT_LEN), "--out", str(out), "--no-progress",
-                      "--sample-interval", "0.5"], deployed, ENV, timeout=300)
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    return result, out, json.loads((out / "results.json").read_text())
+    return run_plan(deployed, tmp_path_factory.mktemp("plan"), PLAN)
 
 
 def test_plan_runs_every_stage_on_the_hosts_server(plan_run) -> None:
@@ -298,14 +303,7 @@ def mixed_run(deployed: Path, tmp_path_factory: pytest.TempPathFactory):
     fleet.write_text(PAIR)
     result = e2e.deploy(fleet, ENV)
     assert result.returncode == 0, e2e.output(result)[-4000:]
-    (root / "plan.yaml").write_text(MIXED_PLAN)
-    out = root / "run"
-    result = e2e.run([sys.executable, "-m", "cli.main", "bench", str(fleet), "--plan",
-                      str(root / "plan.yaml"), "--server", HOST, "--input-len", "32",
-                      "--output-len", str(OUTPUT_LEN), "--out", str(out), "--no-progress",
-                      "--sample-interval", "0.5"], fleet, ENV, timeout=300)
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    return result, out, json.loads((out / "results.json").read_text())
+    return run_plan(fleet, root, MIXED_PLAN)
 
 
 def test_mixed_stage_loads_two_real_servers_at_once(mixed_run) -> None:
