@@ -358,7 +358,10 @@ def _compared(ev: Evidence) -> str:
     then = ((bench.get("baseline") or {}).get("ttft_ms") or {}).get("p50")
     now = ((bench.get("fresh") or {}).get("ttft_ms") or {}).get("p50")
     if then is not None and now is not None:
-        return f", TTFT P50 {now:,.1f} ms (its last bench: {then:,.1f} ms)"
+        unconfirmed = [r["ttft_p50_ms"] for r in bench.get("rounds", [])[:-1]
+                       if r.get("ttft_p50_ms") is not None]  # fmt: skip
+        again = "".join(f"; a first round's {t:,.1f} ms, measured again" for t in unconfirmed[:1])
+        return f", TTFT P50 {now:,.1f} ms (its last bench: {then:,.1f} ms{again})"
     return f", slow check: {bench['error']}" if bench.get("error") else ""
 
 
@@ -374,9 +377,11 @@ def _slower(ev: Evidence, state: str) -> Diagnosis | None:
     when = f"{baseline.get('run', '?')}, {baseline.get('started', '?')}"
     figures = "; ".join(f"{s['figure']} {s['now_ms']:,.1f} ms against {s['then_ms']:,.1f} ms "
                         f"(×{s['ratio']:.1f})" for s in slower)  # fmt: skip
+    rounds = len(bench.get("rounds") or [1])
+    each = f", the least slow of {rounds} rounds" if rounds > 1 else ""
     evidence = [f"{figures} in its last bench ({when}), {fresh.get('ok', '?')} single requests "
                 f"of {baseline.get('input_len') or '?'} input and "
-                f"{baseline.get('output_len') or '?'} output tokens measured now"]
+                f"{baseline.get('output_len') or '?'} output tokens measured now{each}"]
     found = slowness.causes(ev)
     for title, lines, _ in found:
         evidence += [f"{title.split(' (')[0]}: {line}" for line in lines]

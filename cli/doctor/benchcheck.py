@@ -6,7 +6,10 @@ newest run that measured a server and takes its single-request figures (the plan
 or a bench step at concurrency 1) with the prompt shape they were measured at;
 :func:`measure` sends a few single requests of that shape now, with the bench's own runner
 (warm-up, /metrics difference, GPU samples), and reads the server's own TTFT histogram since
-its start, and its gauges just after. Requests are all it sends: nothing on the host changes.
+its start, and its gauges just after. A round that is clearly slower than the baseline is
+measured again (up to :data:`ROUNDS` in all): a server counts as slower only when every round
+is, since one round on a busy machine can catch a passing hiccup while a neighbour's load or a
+real regression lasts. Requests are all it sends: nothing on the host changes.
 
 Example:
     >>> import json, tempfile
@@ -37,6 +40,7 @@ from cli.bench import servermetrics
 from cli.bench.command import BenchError, resolve_target
 from cli.bench.prompts import PromptError, load_jsonl, synthetic_prompts
 from cli.bench.runner import Options, Runner, Step, Target, server_tokenizer
+from fleet.slowness import slowdown
 
 #: Where ``fleet bench`` archives its runs unless told otherwise (``--out``).
 BENCH_RESULTS = "bench-results"
@@ -44,6 +48,28 @@ BENCH_RESULTS = "bench-results"
 REQUESTS = 5
 #: Seconds one of them may take.
 TIMEOUT = 120.0
+#: Rounds of them at most: a slower round is measured again, and the server counts as slower
+#: only when every round is (a CI run caught one round at ×2.8 on an idle server whose own
+#: /metrics TTFT was 4 ms: the 2-core machine's scheduler, not the server).
+ROUNDS = 2
+
+
+def _p50(step: dict[str, Any], key: str) -> float | None:
+    value = (step.get(key) or {}).get("p50")
+    return float(value) if isinstance(value, int | float) else None
+
+
+def kept_round(baseline: dict[str, Any], rounds: list[dict[str, Any]]) -> dict[str, Any]:
+    """Of the fresh rounds, the one that says the least against the server: a round not
+    slower than ``baseline`` if there is one, else the least slow (fewest slower figures, then
+    the lowest TTFT P50).
+
+    Example:
+        >>> base = {"ttft_ms": {"p50": 10.0}}
+        >>> kept_round(base, [{"ttft_ms": {"p50": 29.0}}, {"ttft_ms": {"p50": 11.0}}])
+        {'ttft_ms': {'p50': 11.0}}
+    """
+    return min(rounds, key=lambda r: (len(slowdown(baseline, r)), _p50(r, "ttft_ms") or 0.0))
 
 
 def _runs(root: Path) -> list[tuple[float, Path, dict[str, Any]]]:
@@ -124,30 +150,53 @@ def server_now(base_url: str, model: str | None) -> dict[str, Any]:
     return {"ttft": ttft, "gauges": servermetrics.gauge_values(scrape, model)}
 
 
-def measure(fleet_path: str, name: str, baseline: dict[str, Any],
-            requests: int = REQUESTS) -> dict[str, Any]:
-    """The baseline's single requests, sent now: ``{"fresh": figures, "metrics_ttft": …,
-    "metrics_gauges": …}``, or ``{"error": why}``.
-
-    + fleet_path, name: the fleet file and ``HOST/SERVER`` (reached as ``fleet bench
-      --server`` reaches it: directly on sandbox hosts, else through an SSH port forward)
-    """
+def measure(fleet_path: str, name: str, baseline: dict[str, Any], requests: int = REQUESTS,
+            rounds_at_most: int = ROUNDS) -> dict[str, Any]:
+    """The baseline's single requests, sent now to server ``name`` (``HOST/SERVER``, reached
+    as ``fleet bench --server`` reaches it: directly on sandbox hosts, else through an SSH
+    port forward of the fleet file ``fleet_path``): :func:`measure_target`'s answer."""
     args = argparse.Namespace(url=None, fleet=fleet_path, server=name, tunnel="auto",
                               sample_interval=0.5, api_key_env=None, model=None)  # fmt: skip
     try:
         with resolve_target(args) as resolved:
             target = Target(resolved.base_url, resolved.model or "", baseline["api"],
                             resolved.api_key, resolved.name)  # fmt: skip
-            prompts = _prompts(baseline, target)
-            options = Options(timeout=TIMEOUT, fixed_output=bool(baseline["fixed_output"]),
-                              sample_interval=0.5)  # fmt: skip
-            runner = Runner(target, prompts, options, gpu_argv=resolved.gpu_argv)
+            return measure_target(target, baseline, resolved.gpu_argv, requests, rounds_at_most)
+    except (BenchError, OSError, ValueError) as error:
+        return {"error": " ".join(str(error).split())[:300]}
+
+
+def measure_target(target: Target, baseline: dict[str, Any], gpu_argv: list[str] | None = None,
+                   requests: int = REQUESTS, rounds_at_most: int = ROUNDS) -> dict[str, Any]:
+    """The baseline's single requests, sent now to ``target``: ``{"fresh": figures, "rounds":
+    [P50s of each round], "metrics_ttft": …, "metrics_gauges": …}``, or ``{"error": why}``.
+
+    A round clearly slower than ``baseline`` (:func:`fleet.slowness.slowdown`) is measured
+    again, up to ``rounds_at_most`` rounds; ``fresh`` is the round :func:`kept_round` keeps.
+
+    Example (sends requests, so not run here):
+        measure_target(Target("http://10.0.0.5:8000", "chat", "completions"), baseline)
+        # → {"fresh": {"ttft_ms": {"p50": 11.2, …}, …}, "rounds": [{"ttft_p50_ms": 11.2, …}], …}
+    """
+    try:
+        prompts = _prompts(baseline, target)
+        options = Options(timeout=TIMEOUT, fixed_output=bool(baseline["fixed_output"]),
+                          sample_interval=0.5)  # fmt: skip
+        rounds: list[dict[str, Any]] = []
+        while len(rounds) < max(1, rounds_at_most):
+            # A runner per round: each sends the baseline's prompts from the first one.
+            runner = Runner(target, prompts, options, gpu_argv=gpu_argv)
             step = Step(concurrency=1, requests=requests, warmup=1)
-            fresh = reports.step_report(asyncio.run(runner.run([step]))[0])
-            now = server_now(target.base_url, target.model or None)
+            rounds.append(reports.step_report(asyncio.run(runner.run([step]))[0]))
+            if not rounds[-1]["ok"] or not slowdown(baseline, rounds[-1]):
+                break
+        now = server_now(target.base_url, target.model or None)
     except (BenchError, PromptError, OSError, ValueError) as error:
         return {"error": " ".join(str(error).split())[:300]}
-    if not fresh["ok"]:
-        return {"error": f"none of {fresh['requests']} requests succeeded: "
-                         f"{fresh['errors']}"}  # fmt: skip
-    return {"fresh": fresh, "metrics_ttft": now.get("ttft"), "metrics_gauges": now.get("gauges")}
+    if not rounds[-1]["ok"]:
+        return {"error": f"none of {rounds[-1]['requests']} requests succeeded: "
+                         f"{rounds[-1]['errors']}"}  # fmt: skip
+    fresh = kept_round(baseline, rounds)
+    return {"fresh": fresh, "rounds": [{"ttft_p50_ms": _p50(r, "ttft_ms"),
+                                        "tpot_p50_ms": _p50(r, "tpot_ms")} for r in rounds],
+            "metrics_ttft": now.get("ttft"), "metrics_gauges": now.get("gauges")}  # fmt: skip

@@ -8,10 +8,20 @@ import os
 import shutil
 from pathlib import Path
 
-from cli.doctor.benchcheck import last_baseline
+from cli.bench.runner import Target
+from cli.doctor.benchcheck import REQUESTS, ROUNDS, last_baseline, measure_target
 from facts.doctor import BusyProcesses, CpuLoad, MountOf
+from fleet.diagnosis import OK, PROBLEM, Evidence, diagnose
+from fleet.slowness import slowdown
+from tests.support.fakeserver import FakeServer, Script
 
 DATA = Path(__file__).resolve().parents[2] / "data" / "doctor-benches"
+HEALTHY = {"ActiveState": "active", "SubState": "running", "NRestarts": "0", "MainPID": "812"}
+
+
+def healthy(bench: dict) -> Evidence:
+    return Evidence("box", "chat", unit=dict(HEALTHY), health=200, ready=True, bench=bench,
+                    args={}, variant="cpu")  # fmt: skip
 
 
 def archive(tmp_path: Path) -> Path:
@@ -85,3 +95,56 @@ def test_the_file_system_of_a_path() -> None:
     assert MountOf().process(["nfs4   /var/lib/vllm-fleet/models"]) == {
         "fstype": "nfs4", "target": "/var/lib/vllm-fleet/models"}
     assert MountOf().process([]) == {}
+
+
+class Settling(FakeServer):
+    """A server slow (80 ms to the first token) for its first ``slow_for`` requests, then fast
+    (5 ms): a passing hiccup when ``slow_for`` covers one round, a lasting load when more."""
+
+    def __init__(self, slow_for: int) -> None:
+        super().__init__()
+        self.slow_for = slow_for
+
+    @property
+    def script(self) -> Script:
+        return Script(ttft=0.08 if self.requests < self.slow_for else 0.005, itl=0.002)
+
+    @script.setter
+    def script(self, value: Script) -> None:
+        pass
+
+
+BASE = {"ttft_ms": {"p50": 10.0}, "tpot_ms": {"p50": 2.0}, "api": "completions",
+        "input_len": 8, "output_len": 4, "prompts": "synthetic", "fixed_output": True,
+        "seed": 0}  # fmt: skip
+
+
+def rounds_against(server: FakeServer) -> dict:
+    target = Target(f"http://127.0.0.1:{server.port}", "tiny", "completions")
+    return measure_target(target, BASE, requests=REQUESTS)
+
+
+def test_a_slow_round_that_passes_is_measured_again_and_not_called_slower() -> None:
+    with Settling(slow_for=1 + REQUESTS) as server:  # the warm-up and one round
+        found = rounds_against(server)
+    assert [r["ttft_p50_ms"] > 50 for r in found["rounds"]] == [True, False], found["rounds"]
+    assert found["fresh"]["ttft_ms"]["p50"] < 50 and not slowdown(BASE, found["fresh"])
+    d = diagnose(healthy({**found, "baseline": {**BASE, "run": "r", "started": "s"}}))
+    assert d.status == OK, d
+    assert "measured again" in d.state and "its last bench: 10.0 ms" in d.state, d.state
+
+
+def test_a_lasting_slowdown_is_slower_in_every_round() -> None:
+    with Settling(slow_for=1000) as server:
+        found = rounds_against(server)
+    assert len(found["rounds"]) == ROUNDS, found["rounds"]
+    assert all(r["ttft_p50_ms"] > 50 for r in found["rounds"]), found["rounds"]
+    d = diagnose(healthy({**found, "baseline": {**BASE, "run": "r", "started": "s"}}))
+    assert d.status == PROBLEM and d.signature == "slower-than-bench", d
+    assert f"the least slow of {ROUNDS} rounds" in d.evidence[0], d.evidence
+
+
+def test_a_round_as_fast_as_the_baseline_is_the_only_one() -> None:
+    with Settling(slow_for=0) as server:
+        found = rounds_against(server)
+    assert len(found["rounds"]) == 1 and server.requests == 1 + REQUESTS
