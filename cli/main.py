@@ -28,7 +28,7 @@ from cli.doctor.command import add_parser as add_doctor_parser
 from cli.drift.command import add_parser as add_drift_parser
 from cli.models import add_parser as add_models_parser
 from cli.planplace import cmd_plan_place
-from cli.planview import reasons, tables
+from cli.planview import placed_lines, reasons, tables
 from cli.status.command import add_parser as add_status_parser
 from fleet.inventory import DEFAULT_FLEET, fleet_path, plan_of
 from fleet.load import load_fleet
@@ -90,7 +90,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     else:
         for table in tables(plan):
             out.print(table)
-        for line in reasons(plan):
+        for line in reasons(plan) + placed_lines(fleet):
             out.print(line, markup=False, soft_wrap=True)
     bad = [s for s in plan.servers if s.fits is False] + [g for g in plan.gpus if g.fits is False]
     return 1 if bad else 0

@@ -29,7 +29,7 @@ from rich.table import Table
 
 from cli.console import err, out, plural, report
 from cli.factsession import fact_inventory
-from cli.planview import reasons, tables
+from cli.planview import placed_lines, reasons, tables
 from facts.gpumemory import GpuMemory
 from facts.gpus import GpuTopology
 from fleet import gpus as gpu_table
@@ -268,7 +268,7 @@ def cmd_plan_place(args: argparse.Namespace) -> int:
             out.print(table)
         if args.place or states:
             out.print(rooms_table(placement.rooms, states))
-        for line in reasons(plan):
+        for line in reasons(plan) + placed_lines(fleet):
             out.print(line, markup=False, soft_wrap=True)
     for line in refused:
         err.print(line, markup=False, soft_wrap=True)

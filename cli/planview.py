@@ -14,6 +14,7 @@ from __future__ import annotations
 from rich.table import Table
 
 from fleet.plan import FleetPlan, GiB
+from fleet.spec import Fleet
 
 
 def _tokens(value: int | None) -> str:
@@ -94,3 +95,20 @@ def reasons(plan: FleetPlan) -> list[str]:
         lines += [f"  warning: {text}" for text in s.warnings]
     lines += [f"{g.host}:GPU{g.index}: {g.verdict} — {g.reason}" for g in plan.gpus]
     return lines
+
+
+def placed_lines(fleet: Fleet) -> list[str]:
+    """One line per replica the planner placed from an endpoint's count: where, and why.
+
+    Example:
+        >>> from fleet.load import load_fleet
+        >>> placed_lines(load_fleet("tests/data/valid/endpoint-replica-count.yaml"))[1][:61]
+        'gpu-b/chat-2: replica 2 of endpoint chat, placed by its count'
+    """
+    lines = []
+    for name, endpoint in fleet.endpoints.items():
+        for index, (ref, why) in enumerate(endpoint.placed.items(), 1):
+            lines.append(f"{ref}: replica {index} of endpoint {name}, placed by its count: "
+                         + "; ".join(why))  # fmt: skip
+    return lines
+

@@ -214,12 +214,13 @@ def _check_reachable(
     host = fleet.hosts[host_name]
     shared = host_name == router_host or (host.is_sandbox and fleet.hosts[router_host].is_sandbox)
     if not shared and server.host in LOOPBACK:
+        placed = (*path[:3], "server") if ref in fleet.endpoints[str(path[1])].placed else None
+        where = ".".join(map(str, placed)) if placed else f"hosts.{host_name}.servers.{server_name}"
         yield (
-            path,
+            placed or path,
             f"{ref} listens on {server.host} only, and the router runs on {router_host}: it "
             "cannot reach it",
-            f"set host: 0.0.0.0 (or the address of {host_name}) on hosts.{host_name}.servers."
-            f"{server_name}",
+            f"set host: 0.0.0.0 (or the address of {host_name}) on {where}",
         )
 
 

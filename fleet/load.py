@@ -25,6 +25,7 @@ from pydantic import ValidationError
 
 from fleet.checks import NO_GPUS, check_capacity, check_fleet, check_warnings
 from fleet.problems import Finding, FleetError, Loc, Problem
+from fleet.replicaset import expand as expand_replicas
 from fleet.sizing import resolve_model_files
 from fleet.source import TextProblem, blank_strange, decode_text, read_bounded, strange_character
 from fleet.spec import UNION_TAGS, Fleet
@@ -181,6 +182,11 @@ def load_text(
             out.append(Problem(file, line, column, source, message, hint, severity))
         return out
 
+    replicas = expand_replicas(fleet)
+    if replicas.findings:
+        raise FleetError(_unique(located(replicas.findings)))
+    fleet = replicas.fleet
+    origin.update(replicas.origin)
     problems = located(resolve_model_files(fleet, Path(file).parent))
     problems += located(
         finding for finding in check_fleet(fleet) if not (unplaced and finding[1] == NO_GPUS)

@@ -1215,12 +1215,55 @@ class Rollout(Strict):
     )
 
 
+class ReplicaSet(Strict):
+    """An endpoint's replicas by count: the planner places ``count`` copies of one server."""
+
+    count: int = Field(ge=1, le=64, description="How many replicas to run.")
+    hosts: list[Annotated[str, Field(pattern=NAME_PATTERN)]] = Field(
+        default_factory=list,
+        max_length=1024,
+        description="The hosts the replicas may run on; every host of the fleet when left out. "
+        "Each replica goes to the one with the fewest replicas so far that has room.",
+    )
+    server: Server = Field(
+        description="The server each replica runs, as under hosts.HOST.servers, without gpus "
+        "(the planner chooses them); a second replica on one host listens on the next port."
+    )
+
+    @field_validator("server")
+    @classmethod
+    def _placed(cls, value: Server) -> Server:
+        if value.gpus:
+            raise ValueError("leave gpus out: the planner chooses each replica's GPUs")
+        if value.worker_hosts:
+            raise ValueError("a replica serves on one host: leave worker_hosts out")
+        return value
+
+
+def _replicas_form(value: Any) -> str:
+    """Which form an endpoint's replicas are written in: a list of servers, or a count."""
+    return LIST_FORM if isinstance(value, list) else MAPPING_FORM
+
+
 class Endpoint(Strict):
     """One model behind one address: replicas (servers of the fleet) behind a router."""
 
-    replicas: list[ReplicaRef] = Field(
-        min_length=1, max_length=64, description="The servers behind the router, as HOST/SERVER."
+    replicas: Annotated[
+        Annotated[list[ReplicaRef], Field(min_length=1, max_length=64), Tag(LIST_FORM)]
+        | Annotated[ReplicaSet, Tag(MAPPING_FORM)],
+        Discriminator(_replicas_form),
+    ] = Field(
+        description="The servers behind the router, as HOST/SERVER; or a count and the server "
+        "each replica runs ({count: 2, server: {...}}), placed by the planner (fleet.replicaset)."
     )
+    #: Set by the loader (fleet.replicaset) when the replicas were given by count: per
+    #: replica (HOST/SERVER), why the planner put it there.
+    _placed: dict[str, list[str]] = PrivateAttr(default_factory=dict)
+
+    @property
+    def placed(self) -> dict[str, list[str]]:
+        """Per replica placed by count, why it went where it did; empty for listed ones."""
+        return self._placed
     router: Router
     rollout: Rollout = Field(default_factory=Rollout)
 
