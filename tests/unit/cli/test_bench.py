@@ -34,6 +34,20 @@ CHUNKS = 6
 #: chunk is 3 × too large).
 TOLERANCE = 0.04
 GAP_TOLERANCE = 0.012
+#: How much later than scripted a moment may be seen on a loaded machine (a sleep only
+#: overshoots; a run beside other jobs saw the last token 0.1 s late): still below what a wrong
+#: definition gives (a TTFT taken at the last token is 0.2 s late, one at the role chunk early).
+LATE = 0.15
+
+
+def seen_at(measured: float, scripted: float) -> bool:
+    """A moment measured no earlier than scripted (less the timing error), and not much later.
+
+    Example:
+        >>> seen_at(0.19, 0.15), seen_at(0.05, 0.15), seen_at(0.40, 0.15)
+        (True, False, False)
+    """
+    return scripted - TOLERANCE <= measured <= scripted + LATE
 
 
 @pytest.fixture(scope="module")
@@ -66,7 +80,7 @@ def timed(server) -> RequestResult:
 
 def test_ttft_is_the_delay_before_the_first_token(timed: RequestResult) -> None:
     assert timed.ok, timed.detail
-    assert timed.ttft == pytest.approx(TTFT, abs=TOLERANCE)
+    assert seen_at(timed.ttft, TTFT), timed.ttft
 
 
 def test_itl_is_the_gap_between_token_chunks(timed: RequestResult) -> None:
@@ -75,7 +89,7 @@ def test_itl_is_the_gap_between_token_chunks(timed: RequestResult) -> None:
 
 
 def test_e2e_ends_at_the_last_token(timed: RequestResult) -> None:
-    assert timed.e2e == pytest.approx(TTFT + (CHUNKS - 1) * ITL, abs=TOLERANCE)
+    assert seen_at(timed.e2e, TTFT + (CHUNKS - 1) * ITL), timed.e2e
 
 
 def test_tpot_divides_by_output_tokens_minus_one(timed: RequestResult) -> None:
@@ -102,7 +116,7 @@ def test_role_only_and_empty_chunks_do_not_count(server) -> None:
     result = one(server.url, f"{SCRIPT},role_chunk=1,empty_chunks=1", api="chat")
     assert result.ok, result.detail
     assert result.chunks == CHUNKS
-    assert result.ttft == pytest.approx(TTFT, abs=TOLERANCE)
+    assert seen_at(result.ttft, TTFT), result.ttft
     assert len(result.itl) == CHUNKS - 1
     assert min(result.itl) > ITL / 2
 
@@ -115,14 +129,14 @@ def test_empty_chunks_count_only_when_they_carry_a_token(server, api: str) -> No
     result = one(server.url, f"{SCRIPT},blank_tokens=1,empty_chunks=1", api=api)
     assert result.ok, result.detail
     assert result.chunks == CHUNKS
-    assert result.ttft == pytest.approx(TTFT, abs=TOLERANCE)
+    assert seen_at(result.ttft, TTFT), result.ttft
     assert len(result.itl) == CHUNKS - 1
     assert statistics.mean(result.itl) == pytest.approx(ITL, abs=GAP_TOLERANCE)
 
 
 def test_chat_request_is_timed_like_completions(server) -> None:
     result = one(server.url, SCRIPT, api="chat")
-    assert result.ttft == pytest.approx(TTFT, abs=TOLERANCE)
+    assert seen_at(result.ttft, TTFT), result.ttft
     assert result.tpot == pytest.approx(ITL, abs=GAP_TOLERANCE)
 
 
