@@ -108,12 +108,14 @@ def roll(
         passed, lines, _ = _run(router, canary.measure)
         if not passed:
             why = "its canary " + decision_words(lines)
-            back, _, _ = _run(host, canary.rollback)
-            if back:
+            back, out, _ = _run(host, canary.rollback)
+            kept = not any("nothing kept to roll back to" in line for line in out)
+            if back or not kept:
                 _run(router, add)
             return _stop(host, rollout, why + (
                 " (rolled back to its previous configuration, serving again)" if back
-                else " (not rolled back: see above)"
+                else " (nothing kept to roll back to: it serves the new configuration)"
+                if not kept else " (not serving after the rollback: see above)"
             ))
         _run(host, canary.forget)
     ok, _, err = _run(router, add)

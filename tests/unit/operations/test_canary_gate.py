@@ -84,8 +84,20 @@ def test_a_rollback_that_did_not_serve_leaves_the_replica_out_of_the_router() ->
         "measure": (False, FAILED, ""), "rollback": (False, "not serving", ""),
     })  # fmt: skip
     assert not ops.roll(State([router]), router, rollout("a/x"), *commands("a/x"))
-    assert router.ran[-1] == "rollback a/x"
-    assert router.logged[-1].endswith("(not rolled back: see above)")
+    assert router.ran[-1] == "rollback a/x"  # stays out of the router
+    assert router.logged[-1].endswith("(not serving after the rollback: see above)")
+
+
+def test_nothing_kept_to_roll_back_to_goes_back_into_the_router_on_the_new_one() -> None:
+    router = ScriptedHost("a", ROUTER_OK | {
+        "keep": (True, "", ""), "update": (True, "updated", ""),
+        "measure": (False, FAILED, ""),
+        "rollback": (False, "rollout: 10:00:00.000 t/a/x: nothing kept to roll back to", ""),
+    })  # fmt: skip
+    assert not ops.roll(State([router]), router, rollout("a/x"), *commands("a/x"))
+    assert router.ran[-2:] == ["rollback a/x", "add a/x"]
+    assert router.logged[-1].endswith("(nothing kept to roll back to: it serves the new "
+                                      "configuration)")
 
 
 def test_a_failed_start_forgets_the_kept_copies_and_never_measures() -> None:
