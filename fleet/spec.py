@@ -1212,7 +1212,9 @@ class Canary(Strict):
         "(alternating between them).",
     )
     input_len: int = Field(
-        128, ge=1, le=8192, description="Prompt length of each request, in words (~tokens)."
+        128, ge=1, le=8192,
+        description="Prompt length of each request, in words (one to a few tokens each, by the "
+        "tokenizer).",
     )
     output_len: int = Field(
         32, ge=2, le=1024,

@@ -80,7 +80,7 @@ endpoints:
 """
 
 #: The canary gate of the steps that have one (a short measurement: 2 × (1 + 5) requests).
-CANARY = "requests: 5, input_len: 200, output_len: 16"
+CANARY = "requests: 5, input_len: 150, output_len: 16"  # ~330 tokens in: max-model-len 512
 
 
 def write_fleet(path: Path, seqs: int = 4, max_len: int = 512, policy: str = "round_robin",
@@ -339,7 +339,7 @@ def test_failed_rollout_leaves_both_replicas_on_the_old_configuration(failed_rol
 @pytest.fixture(scope="module")
 def failed_canary(failed_rollout, tmp_path_factory: pytest.TempPathFactory):
     """A configuration that starts but is slower: prefill in chunks of 16 tokens (the canary's
-    prompts have ~200) makes the first token several times later; the canary's default margins
+    prompts have ~330 tokens) makes the first token several times later; the canary's default margins
     (25 %, floor 2 ms) catch it."""
     units = {h: on_host(f"cat /etc/systemd/system/{u}", host=h).stdout
              for h, u in ((HOST_A, UNIT_A), (HOST_B, UNIT_B))}  # fmt: skip
