@@ -339,8 +339,8 @@ def test_failed_rollout_leaves_both_replicas_on_the_old_configuration(failed_rol
 @pytest.fixture(scope="module")
 def failed_canary(failed_rollout, tmp_path_factory: pytest.TempPathFactory):
     """A configuration that starts but is slower: prefill in chunks of 16 tokens (the canary's
-    prompts have ~330 tokens) makes the first token several times later; the canary's default margins
-    (25 %, floor 2 ms) catch it."""
+    prompts have ~330 tokens) makes the first token several times later; the canary's default
+    margins (25 %, floor 2 ms) catch it."""
     units = {h: on_host(f"cat /etc/systemd/system/{u}", host=h).stdout
              for h, u in ((HOST_A, UNIT_A), (HOST_B, UNIT_B))}  # fmt: skip
     fleet = write_fleet(tmp_path_factory.mktemp("canary") / "fleet.yaml", seqs=DEPLOYED["seqs"],
