@@ -170,9 +170,8 @@ def replica_rolled(
             "--label", QuoteString(label), action, "--worker", QuoteString(rollout.worker_url),
         )  # fmt: skip
 
-    yield FunctionCommand(
-        roll, (rollout, router_call("remove"), update, abandon, router_call("add"), canary), {}
-    )
+    steps = (rollout, router_call("remove"), update, abandon, router_call("add"))
+    yield FunctionCommand(roll, (*steps, canary) if canary else steps, {})
 
 
 @operation()
