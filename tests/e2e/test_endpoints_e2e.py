@@ -336,6 +336,14 @@ def test_failed_rollout_leaves_both_replicas_on_the_old_configuration(failed_rol
     assert complete()
 
 
+def replica_pids() -> dict[str, str]:
+    """Each replica's main PID, by ``HOST/SERVER``."""
+    return {
+        f"{HOST_A}/tiny-a": main_pid(UNIT_A, HOST_A),
+        f"{HOST_B}/tiny-b": main_pid(UNIT_B, HOST_B),
+    }
+
+
 @pytest.fixture(scope="module")
 def failed_canary(failed_rollout, tmp_path_factory: pytest.TempPathFactory):
     """A configuration that starts but is slower: prefill in chunks of 16 tokens (the canary's
@@ -343,18 +351,19 @@ def failed_canary(failed_rollout, tmp_path_factory: pytest.TempPathFactory):
     margins (25 %, floor 2 ms) catch it."""
     units = {h: on_host(f"cat /etc/systemd/system/{u}", host=h).stdout
              for h, u in ((HOST_A, UNIT_A), (HOST_B, UNIT_B))}  # fmt: skip
+    pids = replica_pids()
     fleet = write_fleet(tmp_path_factory.mktemp("canary") / "fleet.yaml", seqs=DEPLOYED["seqs"],
                         canary=CANARY, extra="max-num-batched-tokens: 16")  # fmt: skip
     started = time.monotonic()
     result = e2e.deploy(fleet, ENV)
     print(f"failed canary deploy: {time.monotonic() - started:.0f} s")
-    return result, units
+    return result, units, pids, replica_pids()
 
 
 def test_a_slower_canary_fails_the_deploy_naming_the_replica_and_both_figures(
     failed_canary,
 ) -> None:
-    result, _ = failed_canary
+    result, _, before, after = failed_canary
     text = output(result)
     lines = canary_lines(text)
     print("canary:\n  " + "\n  ".join(lines))
@@ -371,10 +380,13 @@ def test_a_slower_canary_fails_the_deploy_naming_the_replica_and_both_figures(
     ttft = [float(line.split("TTFT P50 ", 1)[1].split(" ", 1)[0]) for line in (new, old)]
     assert ttft[0] > 1.25 * ttft[1], (new, old)
     assert f"{other.split('/', 1)[1]} not updated" in text
+    # the canary restarted twice (the new configuration, then the old one), the other never
+    assert after[replica] != before[replica]
+    assert after[other.split("/", 1)[1]] == before[other.split("/", 1)[1]]
 
 
 def test_a_failed_canary_leaves_both_replicas_on_their_old_configuration(failed_canary) -> None:
-    _, units = failed_canary
+    _, units, _, _ = failed_canary
     for host, unit in ((HOST_A, UNIT_A), (HOST_B, UNIT_B)):
         assert on_host(f"cat /etc/systemd/system/{unit}", host=host).stdout == units[host]
         assert on_host(f"systemctl is-active {unit}", host=host).stdout.strip() == "active"
