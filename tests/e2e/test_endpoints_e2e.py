@@ -222,11 +222,12 @@ DEPLOYED = {"seqs": 4}
 @pytest.fixture(scope="module")
 def rolled(converge, tmp_path_factory: pytest.TempPathFactory):
     """A flags change (max-num-seqs 4 → 3) deployed under load through the router, through a
-    canary gate with wide margins (the change does not slow a server; the old replica serves
-    the load while it is measured)."""
+    canary gate with wide margins: the change does not slow a server, but under this load on
+    two shared cores the figures are noisy (one run: the fresh replica's API server, short of
+    CPU, streamed its 16 tokens in one chunk: TTFT 36 ms against 20 ms, TPOT 0.01 ms)."""
     before = {UNIT_A: main_pid(UNIT_A, HOST_A), UNIT_B: main_pid(UNIT_B, HOST_B)}
     fleet = write_fleet(tmp_path_factory.mktemp("rolled") / "fleet.yaml", seqs=3,
-                        canary=CANARY + ", ttft_margin: 1, tpot_margin: 1, floor_ms: 20")
+                        canary=CANARY + ", ttft_margin: 1, tpot_margin: 1, floor_ms: 50")
     with Load() as load:
         time.sleep(2)
         started = time.monotonic()
