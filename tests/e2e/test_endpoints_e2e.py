@@ -347,14 +347,14 @@ def replica_pids() -> dict[str, str]:
 
 @pytest.fixture(scope="module")
 def failed_canary(failed_rollout, tmp_path_factory: pytest.TempPathFactory):
-    """A configuration that starts but is slower: prefill in chunks of 16 tokens (the canary's
+    """A configuration that starts but is slower: prefill in chunks of 8 tokens (the canary's
     prompts have ~330 tokens) makes the first token several times later; the canary's default
     margins (25 %, floor 2 ms) catch it."""
     units = {h: on_host(f"cat /etc/systemd/system/{u}", host=h).stdout
              for h, u in ((HOST_A, UNIT_A), (HOST_B, UNIT_B))}  # fmt: skip
     pids = replica_pids()
     fleet = write_fleet(tmp_path_factory.mktemp("canary") / "fleet.yaml", seqs=DEPLOYED["seqs"],
-                        canary=CANARY, extra="max-num-batched-tokens: 16")  # fmt: skip
+                        canary=CANARY, extra="max-num-batched-tokens: 8")  # fmt: skip
     started = time.monotonic()
     result = e2e.deploy(fleet, ENV)
     print(f"failed canary deploy: {time.monotonic() - started:.0f} s")
