@@ -54,6 +54,7 @@ def router_tools() -> None:
             "check_ready": "the readiness check",
             "restart_or_restore": "the restart-or-restore helper",
             "roll_replica": "the replica updater (rolling updates of endpoints)",
+            "canary": "the canary gate (measures an upgraded replica against an old one)",
         })
 
 

@@ -106,6 +106,8 @@ def services(
         **({"ray_node": "the Ray node starter", "ray_joined": "the Ray cluster waiter"}
            if any(entry.ray_head or (entry.group and entry.group.launcher == "ray")
                   for entry in plan.servers) else {}),
+        **({"canary_saved": "the canary's keeper of previous configurations"}
+           if any(entry.rollout and entry.rollout.canary for entry in plan.servers) else {}),
     })
     # The units run the health waiter (ExecStartPost): only its own files restart servers.
     _, wait_ops = uploaded["wait_healthy"]

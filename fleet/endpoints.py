@@ -25,7 +25,7 @@ from __future__ import annotations
 import ipaddress
 from collections.abc import Callable, Iterator
 
-from fleet.hostplan import ReplicaRollout, RouterUnit
+from fleet.hostplan import ReplicaCanary, ReplicaRollout, RouterUnit
 from fleet.numa import THREADS_BIND
 from fleet.paths import ROUTER_VENV_DIR, router_env_path, router_unit_name, router_unit_path
 from fleet.problems import Finding, suggest
@@ -118,6 +118,7 @@ def endpoint_problems(fleet: Fleet) -> Iterator[Finding]:
     owner: dict[str, str] = {}
     for name, endpoint in fleet.endpoints.items():
         yield from _check_endpoint(fleet, name, endpoint, owner)
+        yield from _check_canary(name, endpoint)
     yield from _check_router_ports(fleet)
 
 
@@ -375,6 +376,7 @@ def replica_rollout(fleet: Fleet, host_name: str, server_name: str) -> ReplicaRo
                 worker_url=worker_url(fleet, router.host, ref),
                 max_unavailable=endpoint.rollout.max_unavailable,
                 drain_timeout=endpoint.rollout.drain_timeout_s,
+                canary=replica_canary(fleet, name, ref),
             )
     return None
 
@@ -394,3 +396,57 @@ def client_url(fleet: Fleet, name: str) -> tuple[str, str, int]:
     if host.is_sandbox or router.bind in LOOPBACK:
         return router.host, "127.0.0.1", router.port
     return router.host, host.address if router.bind in ANY else router.bind, router.port
+
+
+def _check_canary(name: str, endpoint: Endpoint) -> Iterator[Finding]:
+    """A canary compares the first upgraded replica with one still on the old configuration:
+    it needs a second replica, and only one replica out at a time."""
+    canary = endpoint.rollout.canary
+    if canary is None:
+        return
+    base = ("endpoints", name, "rollout")
+    if len(endpoint.replicas) < 2:
+        yield (
+            (*base, "canary"),
+            f"a canary compares the first upgraded replica with one still on the old "
+            f"configuration, and endpoint {name!r} has {len(endpoint.replicas)} replica",
+            "add a second replica to replicas:, or remove rollout.canary",
+        )
+    elif endpoint.rollout.max_unavailable != 1:
+        yield (
+            (*base, "max_unavailable"),
+            f"with a canary the first replica is upgraded alone and measured before any other "
+            f"goes out, but max_unavailable is {endpoint.rollout.max_unavailable}",
+            "write max_unavailable: 1 (or remove rollout.canary)",
+        )
+
+
+def replica_canary(fleet: Fleet, name: str, ref: str) -> ReplicaCanary | None:
+    """The canary gate a replica's rollout applies if it goes first (None: no canary).
+
+    Example:
+        >>> from fleet.load import load_fleet
+        >>> fleet = load_fleet("tests/data/valid/endpoint-canary.yaml")
+        >>> replica_canary(fleet, "chat", "gpu-a/chat-a").baselines
+        (('gpu-b/chat-b', 'http://10.0.0.12:8001'),)
+    """
+    endpoint = fleet.endpoints[name]
+    canary = endpoint.rollout.canary
+    if canary is None:
+        return None
+    router = endpoint.router
+    return ReplicaCanary(
+        baselines=tuple(
+            (other, worker_url(fleet, router.host, other))
+            for other in endpoint.replicas
+            if other != ref
+        ),
+        key_file=router_env_path(name) if router.api_key else "",
+        requests=canary.requests,
+        input_len=canary.input_len,
+        output_len=canary.output_len,
+        seed=canary.seed,
+        ttft_margin=canary.ttft_margin,
+        tpot_margin=canary.tpot_margin,
+        floor_ms=canary.floor_ms,
+    )

@@ -504,6 +504,35 @@ class ReplicaRollout:
     worker_url: str
     max_unavailable: int
     drain_timeout: int
+    #: The endpoint's canary gate, None when it has none (``rollout.canary``).
+    canary: ReplicaCanary | None = None
+
+
+@dataclass(frozen=True)
+class ReplicaCanary:
+    """The canary gate of a replica's rollout (``ReplicaRollout.canary``): what to measure and
+    against whom, run on the router's host (it reaches every replica).
+
+    + baselines: the endpoint's other replicas, ``(host/server, url as the router reaches it)``
+    + key_file: the endpoint's key file on the router's host (0600), empty when it has no key
+    + requests, input_len, output_len, seed: the measurement (the same for both replicas)
+    + ttft_margin, tpot_margin, floor_ms: the gate (see :mod:`hostside.canary`)
+
+    Example:
+        >>> ReplicaCanary((("b/tiny", "http://127.0.0.1:18402"),), "", 8, 128, 32, 0,
+        ...               0.25, 0.25, 2.0).baselines[0][0]
+        'b/tiny'
+    """
+
+    baselines: tuple[tuple[str, str], ...]
+    key_file: str
+    requests: int
+    input_len: int
+    output_len: int
+    seed: int
+    ttft_margin: float
+    tpot_margin: float
+    floor_ms: float
 
 
 @dataclass(frozen=True)

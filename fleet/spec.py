@@ -1202,6 +1202,42 @@ class Router(Strict):
     )
 
 
+class Canary(Strict):
+    """The canary gate of a rollout: the same short measurement against the first upgraded
+    replica and against one still on the old configuration (docs/endpoints.md)."""
+
+    requests: int = Field(
+        8, ge=1, le=64,
+        description="Streamed requests sent to each of the two replicas, one at a time "
+        "(alternating between them).",
+    )
+    input_len: int = Field(
+        128, ge=1, le=8192,
+        description="Prompt length of each request, in words (one to a few tokens each, by the "
+        "tokenizer).",
+    )
+    output_len: int = Field(
+        32, ge=2, le=1024,
+        description="Tokens each request generates (held exact: the end of sequence is ignored).",
+    )
+    seed: int = Field(0, ge=0, le=2**31 - 1, description="Seed of the prompts (both replicas "
+                      "get the same ones).")
+    ttft_margin: float = Field(
+        0.25, ge=0, le=10,
+        description="How much slower the upgraded replica's median time to first token may be "
+        "than the old one's: 0.25 = 25 %.",
+    )
+    tpot_margin: float = Field(
+        0.25, ge=0, le=10,
+        description="How much slower its median time per output token may be: 0.25 = 25 %.",
+    )
+    floor_ms: float = Field(
+        2.0, ge=0, le=10000,
+        description="A slowdown of at most this many milliseconds never fails the gate (the "
+        "noise of a small model's figures).",
+    )
+
+
 class Rollout(Strict):
     """How a deploy updates an endpoint's replicas."""
 
@@ -1212,6 +1248,12 @@ class Rollout(Strict):
         120, ge=0, le=3600,
         description="Seconds to wait for a replica's running requests to finish after it left "
         "the router, before it restarts anyway.",
+    )
+    canary: Canary | None = Field(
+        None,
+        description="A canary gate: after the first replica is upgraded, measure it against a "
+        "replica still on the old configuration and go on only if it is not slower beyond the "
+        "margins (otherwise roll it back and stop). Omit for none.",
     )
 
 

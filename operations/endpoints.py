@@ -25,6 +25,7 @@ from pyinfra.api.state import State
 
 from facts.router import FleetRouterUnits
 from fleet.hostplan import ReplicaRollout
+from operations.canary import CanaryCommands, canary_commands, decision_words, goes_first
 
 #: Endpoints whose rollout stopped during this pyinfra run: endpoint → what stopped it.
 STOPPED: dict[str, str] = {}
@@ -68,6 +69,7 @@ def roll(
     update: StringCommand,
     abandon: StringCommand,
     add: StringCommand,
+    canary: CanaryCommands | None = None,
 ) -> bool:
     """The callback of :func:`replica_rolled`, run by pyinfra in its host order."""
     if rollout.endpoint in STOPPED:
@@ -85,8 +87,13 @@ def roll(
     ok, _, err = _run(router, remove)
     if not ok:
         return _stop(host, rollout, "the router did not take it out: " + " ".join(err[-3:]))
+    first = goes_first(rollout, canary)
+    if first:
+        _run(host, canary.keep)
     ok, _, err = _run(host, update)
     if not ok:
+        if first:
+            _run(host, canary.forget)
         _show(host, err[-25:], error=True)
         restored = any("back on its previous configuration" in line for line in err)
         if restored:
@@ -97,6 +104,20 @@ def roll(
             else " and its previous configuration did not start either"
         )
         return _stop(host, rollout, why)
+    if first:
+        passed, lines, _ = _run(router, canary.measure)
+        if not passed:
+            why = "its canary " + decision_words(lines)
+            back, out, _ = _run(host, canary.rollback)
+            kept = not any("nothing kept to roll back to" in line for line in out)
+            if back or not kept:
+                _run(router, add)
+            return _stop(host, rollout, why + (
+                " (rolled back to its previous configuration, serving again)" if back
+                else " (nothing kept to roll back to: it serves the new configuration)"
+                if not kept else " (not serving after the rollback: see above)"
+            ))
+        _run(host, canary.forget)
     ok, _, err = _run(router, add)
     if not ok:
         return _stop(host, rollout, "the router did not take it back: " + " ".join(err[-3:]))
@@ -141,6 +162,7 @@ def replica_rolled(
     ]  # fmt: skip
     update = StringCommand(*base, "--drain-timeout", str(rollout.drain_timeout))
     abandon = StringCommand(*base, "--abandon")
+    canary = canary_commands(rollout, label, unit, port, served_name, env_file, pairs)
 
     def router_call(action: str) -> StringCommand:
         return StringCommand(
@@ -148,9 +170,8 @@ def replica_rolled(
             "--label", QuoteString(label), action, "--worker", QuoteString(rollout.worker_url),
         )  # fmt: skip
 
-    yield FunctionCommand(
-        roll, (rollout, router_call("remove"), update, abandon, router_call("add")), {}
-    )
+    steps = (rollout, router_call("remove"), update, abandon, router_call("add"))
+    yield FunctionCommand(roll, (*steps, canary) if canary else steps, {})
 
 
 @operation()

@@ -5,8 +5,10 @@ a flags change rolled out under a steady load through the router (no failed
 request, each replica restarted once, one at a time — the timeline is printed); a replica
 killed with SIGKILL under load (the router routes around it, it rejoins); a new configuration
 that cannot start (the rollout stops at the first replica, which is restored, the other keeps
-serving, the deploy fails naming it); the router's own restart with the replicas untouched;
-and a last deploy that changes nothing.
+serving, the deploy fails naming it); a canary gate that passes (the flags change, both
+figures in the output) and one that fails (a slower configuration: that replica is rolled
+back, the other untouched, the deploy fails naming it); the router's own restart with the
+replicas untouched; and a last deploy that changes nothing and runs no canary.
 """
 
 from __future__ import annotations
@@ -52,7 +54,7 @@ hosts:
         port: {port_a}
         served_model_name: tiny
         api_key: {{env: FLEET_E2E_ENDPOINT_KEY}}
-        args: {{max-model-len: {max_len}, max-num-seqs: {seqs}, enforce-eager: true}}
+        args: {{max-model-len: {max_len}, max-num-seqs: {seqs}, enforce-eager: true{extra}}}
         env: {{VLLM_CPU_OMP_THREADS_BIND: "0"}}
   {host_b}:
     address: sandbox
@@ -62,7 +64,7 @@ hosts:
         port: {port_b}
         served_model_name: tiny
         api_key: {{env: FLEET_E2E_ENDPOINT_KEY}}
-        args: {{max-model-len: {max_len}, max-num-seqs: {seqs}, enforce-eager: true}}
+        args: {{max-model-len: {max_len}, max-num-seqs: {seqs}, enforce-eager: true{extra}}}
         env: {{VLLM_CPU_OMP_THREADS_BIND: "1"}}
 endpoints:
   tiny:
@@ -74,19 +76,31 @@ endpoints:
       policy: {policy}
       api_key: {{env: FLEET_E2E_ENDPOINT_KEY}}
       health_check_interval_s: 2
-    rollout: {{max_unavailable: 1, drain_timeout_s: 30}}
+    rollout: {{max_unavailable: 1, drain_timeout_s: 30{canary}}}
 """
 
+#: The canary gate of the steps that have one (a short measurement: 2 × (1 + 5) requests).
+CANARY = "requests: 5, input_len: 150, output_len: 16"  # ~330 tokens in: max-model-len 512
 
-def write_fleet(path: Path, seqs: int = 4, max_len: int = 512, policy: str = "round_robin"):
-    """The module's fleet file with the given replica flags and router policy."""
+
+def write_fleet(path: Path, seqs: int = 4, max_len: int = 512, policy: str = "round_robin",
+                canary: str = "", extra: str = ""):
+    """The module's fleet file with the given replica flags and router policy; ``canary``:
+    the fields of ``rollout.canary`` (none when empty); ``extra``: more replica flags."""
     path.write_text(FLEET.format(
         schema=e2e.ROOT / "inventory" / "fleet.schema.json", url=e2e.TESTMODEL_URL,
         sha=e2e.TESTMODEL_SHA, host_a=HOST_A, host_b=HOST_B, port_a=PORT_A, port_b=PORT_B,
         router_port=ROUTER_PORT, metrics_port=METRICS_PORT, seqs=seqs, max_len=max_len,
-        policy=policy,
+        policy=policy, canary=f", canary: {{{canary}}}" if canary else "",
+        extra=f", {extra}" if extra else "",
     ))  # fmt: skip
     return path
+
+
+def canary_lines(text: str) -> list[str]:
+    """The canary's lines of a deploy's output (``canary: HH:MM:SS.mmm …``, stamp dropped)."""
+    return [line[line.index("canary: ") + 8:].split(" ", 1)[1]
+            for line in text.splitlines() if "canary: " in line]  # fmt: skip
 
 
 def complete(timeout: float = 60) -> str:
@@ -207,9 +221,13 @@ DEPLOYED = {"seqs": 4}
 
 @pytest.fixture(scope="module")
 def rolled(converge, tmp_path_factory: pytest.TempPathFactory):
-    """A flags change (max-num-seqs 4 → 3) deployed under load through the router."""
+    """A flags change (max-num-seqs 4 → 3) deployed under load through the router, through a
+    canary gate with wide margins: the change does not slow a server, but under this load on
+    two shared cores the figures are noisy (one run: the fresh replica's API server, short of
+    CPU, streamed its 16 tokens in one chunk: TTFT 36 ms against 20 ms, TPOT 0.01 ms)."""
     before = {UNIT_A: main_pid(UNIT_A, HOST_A), UNIT_B: main_pid(UNIT_B, HOST_B)}
-    fleet = write_fleet(tmp_path_factory.mktemp("rolled") / "fleet.yaml", seqs=3)
+    fleet = write_fleet(tmp_path_factory.mktemp("rolled") / "fleet.yaml", seqs=3,
+                        canary=CANARY + ", ttft_margin: 1, tpot_margin: 1, floor_ms: 50")
     with Load() as load:
         time.sleep(2)
         started = time.monotonic()
@@ -246,6 +264,19 @@ def test_rolling_update_restarts_each_replica_once_one_at_a_time(rolled) -> None
     first, second = (a, b) if order and order[0].startswith(a) else (b, a)
     assert order == [f"{first} out of the router", f"{first} back in the router (healthy)",
                      f"{second} out of the router", f"{second} back in the router (healthy)"], lines
+
+
+def test_rolling_update_passes_its_canary_with_both_figures_in_the_output(rolled) -> None:
+    result, _, _, _, _ = rolled
+    lines = canary_lines(output(result))
+    print("canary:\n  " + "\n  ".join(lines))
+    a, b = f"tiny/{HOST_A}/tiny-a", f"tiny/{HOST_B}/tiny-b"
+    first, other = (a, b) if lines and lines[0].startswith(a) else (b, a)
+    assert f"{first}: measuring it against {other} (5 requests each" in lines[0], lines
+    assert any(line.startswith(f"{first} (new configuration): TTFT P50 ") for line in lines)
+    assert any(line.startswith(f"{other} (old configuration): TTFT P50 ") for line in lines)
+    assert lines[-1].startswith(f"{first}: passed: TTFT "), lines
+    assert len(lines) == 4, lines  # one canary: the second replica rolled without one
 
 
 def test_a_killed_replica_is_routed_around_and_rejoins(converge) -> None:
@@ -306,8 +337,69 @@ def test_failed_rollout_leaves_both_replicas_on_the_old_configuration(failed_rol
     assert complete()
 
 
+def replica_pids() -> dict[str, str]:
+    """Each replica's main PID, by ``HOST/SERVER``."""
+    return {
+        f"{HOST_A}/tiny-a": main_pid(UNIT_A, HOST_A),
+        f"{HOST_B}/tiny-b": main_pid(UNIT_B, HOST_B),
+    }
+
+
 @pytest.fixture(scope="module")
-def router_restarted(failed_rollout, tmp_path_factory: pytest.TempPathFactory):
+def failed_canary(failed_rollout, tmp_path_factory: pytest.TempPathFactory):
+    """A configuration that starts but is slower: prefill in chunks of 8 tokens (the canary's
+    prompts have ~330 tokens) makes the first token several times later; the canary's default
+    margins (25 %, floor 2 ms) catch it."""
+    units = {h: on_host(f"cat /etc/systemd/system/{u}", host=h).stdout
+             for h, u in ((HOST_A, UNIT_A), (HOST_B, UNIT_B))}  # fmt: skip
+    pids = replica_pids()
+    fleet = write_fleet(tmp_path_factory.mktemp("canary") / "fleet.yaml", seqs=DEPLOYED["seqs"],
+                        canary=CANARY, extra="max-num-batched-tokens: 8")  # fmt: skip
+    started = time.monotonic()
+    result = e2e.deploy(fleet, ENV)
+    print(f"failed canary deploy: {time.monotonic() - started:.0f} s")
+    return result, units, pids, replica_pids()
+
+
+def test_a_slower_canary_fails_the_deploy_naming_the_replica_and_both_figures(
+    failed_canary,
+) -> None:
+    result, _, before, after = failed_canary
+    text = output(result)
+    lines = canary_lines(text)
+    print("canary:\n  " + "\n  ".join(lines))
+    assert result.returncode != 0
+    first = lines[0].split(":", 1)[0]
+    other = lines[0].split("measuring it against ", 1)[1].split(" ", 1)[0]
+    new = next(line for line in lines if line.startswith(f"{first} (new configuration): "))
+    old = next(line for line in lines if line.startswith(f"{other} (old configuration): "))
+    assert lines[-1].startswith(f"{first}: failed: TTFT P50 "), lines
+    replica = first.split("/", 1)[1]
+    stopped = f"rollout of endpoint tiny stopped at replica {replica}: its canary failed: TTFT P50"
+    assert stopped in text, text[-5000:]
+    assert "(rolled back to its previous configuration, serving again)" in text
+    ttft = [float(line.split("TTFT P50 ", 1)[1].split(" ", 1)[0]) for line in (new, old)]
+    assert ttft[0] > 1.25 * ttft[1], (new, old)
+    assert f"{other.split('/', 1)[1]} not updated" in text
+    # the canary restarted twice (the new configuration, then the old one), the other never
+    assert after[replica] != before[replica]
+    assert after[other.split("/", 1)[1]] == before[other.split("/", 1)[1]]
+
+
+def test_a_failed_canary_leaves_both_replicas_on_their_old_configuration(failed_canary) -> None:
+    _, units, _, _ = failed_canary
+    for host, unit in ((HOST_A, UNIT_A), (HOST_B, UNIT_B)):
+        assert on_host(f"cat /etc/systemd/system/{unit}", host=host).stdout == units[host]
+        assert on_host(f"systemctl is-active {unit}", host=host).stdout.strip() == "active"
+        assert "max-num-batched-tokens" not in on_host(
+            f"cat /proc/$(systemctl show -p MainPID --value {unit})/cmdline | tr '\\0' ' '",
+            host=host,
+        ).stdout
+    assert complete()
+
+
+@pytest.fixture(scope="module")
+def router_restarted(failed_rollout, failed_canary, tmp_path_factory: pytest.TempPathFactory):
     """The router's policy changed: the router restarts, the replicas do not."""
     before = {
         "router": main_pid(ROUTER_UNIT, HOST_A),
@@ -315,7 +407,7 @@ def router_restarted(failed_rollout, tmp_path_factory: pytest.TempPathFactory):
         UNIT_B: main_pid(UNIT_B, HOST_B),
     }
     fleet = write_fleet(tmp_path_factory.mktemp("policy") / "fleet.yaml", seqs=DEPLOYED["seqs"],
-                        policy="power_of_two")  # fmt: skip
+                        policy="power_of_two", canary=CANARY)  # fmt: skip
     result = e2e.deploy(fleet, ENV)
     between = {
         "router": main_pid(ROUTER_UNIT, HOST_A),
@@ -346,12 +438,14 @@ def test_second_deploy_changes_nothing_and_restarts_nothing(router_restarted) ->
     assert again.returncode == 0, output(again)[-5000:]
     assert changes(output(again)) == 0, output(again)[-5000:]
     assert after == between
+    assert "canary: " not in output(again)  # nothing rolled: no canary
 
 
 def test_fleet_verify_checks_the_router(router_restarted, tmp_path: Path) -> None:
     """``fleet verify``'s router checks against the deployed endpoint (release, unit, port,
     user, /health, every replica healthy, a completion through it)."""
-    fleet = write_fleet(tmp_path / "fleet.yaml", seqs=DEPLOYED["seqs"], policy="power_of_two")
+    fleet = write_fleet(tmp_path / "fleet.yaml", seqs=DEPLOYED["seqs"], policy="power_of_two",
+                        canary=CANARY)
     result = e2e.fleet_cli(fleet, "verify", str(fleet), "-k", "router", "-q", env=ENV)
     assert result.returncode == 0, output(result)[-5000:]
     assert "8 passed" in output(result), output(result)[-3000:]

@@ -8,7 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from fleet.endpoints import client_url, endpoint_warnings, router_units, worker_url
+from fleet.endpoints import (
+    client_url,
+    endpoint_warnings,
+    replica_rollout,
+    router_units,
+    worker_url,
+)
 from fleet.load import load_fleet, load_text
 from fleet.render import host_plan
 
@@ -126,3 +132,19 @@ def test_the_router_unit_scores_2_or_less_in_systemd_analyze(fleet, tmp_path) ->
     score = re.search(r"Overall exposure level for \S+: ([0-9.]+)", result.stdout)
     assert score, result.stdout + result.stderr
     assert float(score.group(1)) <= 2.0
+
+
+def test_a_canary_reaches_the_replicas_rollout_with_the_other_replicas_as_baselines() -> None:
+    fleet = load_fleet("tests/data/valid/endpoint-canary.yaml")
+    rollout = replica_rollout(fleet, "gpu-b", "chat-b")
+    assert rollout is not None and rollout.canary is not None
+    # as the router (on gpu-a) reaches it: the canary runs there
+    assert rollout.canary.baselines == (("gpu-a/chat-a", "http://127.0.0.1:8001"),)
+    assert rollout.canary.key_file == "/etc/vllm-fleet/router-chat.env"
+    assert (rollout.canary.requests, rollout.canary.ttft_margin) == (8, 0.25)
+
+
+def test_no_canary_by_default() -> None:
+    fleet = load_fleet("tests/data/valid/endpoint-two-replicas.yaml")
+    rollout = replica_rollout(fleet, "gpu-b", "chat-b")
+    assert rollout is not None and rollout.canary is None
