@@ -269,6 +269,12 @@ def check_group(
     if group.launcher is Launcher.ray:
         yield from _check_ray(host, sbase, group)
         yield from _check_shared_ray_ports(fleet, name, sbase, server)
+        if _is_loopback(address):
+            yield ((*sbase, "multinode", "head_address"),
+                   f"a Ray head cannot be reached at {address}: Ray runs no node on a loopback "
+                   "address (it takes the machine's own instead, and its workers join the head "
+                   "there)", "give the address the workers reach this host at "
+                   "(multinode.head_address) and its interface (multinode.interface)")
     if group.ray_min_worker_port > group.ray_max_worker_port:
         yield ((*sbase, "multinode", "ray_min_worker_port"),
                "ray_min_worker_port is above ray_max_worker_port", None)

@@ -263,7 +263,19 @@ RAY_PORT, RAY_NODE_MANAGER, RAY_OBJECT_MANAGER = MULTINODE_PORTS[2:5]
 RAY_API = MULTINODE_PORTS[7]
 RAY_WORKERS = MULTINODE_PORTS[8], MULTINODE_PORTS[17]
 RAY_BIN = "/opt/vllm-fleet/venv/bin/ray"
+#: Ray Client's server, which the Ray head opens on this fixed port whenever ``grpc`` imports in
+#: the venv (vLLM's venv: yes), outside the fleet file's ports (docs/multinode.md).
+RAY_CLIENT_PORT = 10001
 RAY_JOIN_TIMEOUT = 60
+
+
+def machine_address() -> tuple[str, str]:
+    """(interface, IPv4 address) of this machine's default route, which the sandbox hosts share:
+    where Ray runs their nodes (Ray never runs a node on loopback: it replaces 127.0.0.1 by the
+    machine's address, and its workers join the GCS there; measured)."""
+    words = subprocess.run(["ip", "-4", "-o", "route", "get", "192.0.2.254"], capture_output=True,
+                           text=True, check=True).stdout.split()
+    return words[words.index("dev") + 1], words[words.index("src") + 1]
 
 
 def ray_fleet(native: Path) -> str:
@@ -272,8 +284,10 @@ def ray_fleet(native: Path) -> str:
     text = text.replace(f"port: {API_PORT}\n", f"port: {RAY_API}\n")
     old = f"multinode: {{interface: lo, master_port: {MASTER_PORT}, join_timeout: 300}}"
     assert old in text
+    interface, address = machine_address()
     return text.replace(old, (
-        f"multinode: {{launcher: ray, interface: lo, ray_port: {RAY_PORT}, "
+        f"multinode: {{launcher: ray, interface: {interface}, head_address: {address}, "
+        f"ray_port: {RAY_PORT}, "
         f"ray_node_manager_port: {RAY_NODE_MANAGER}, ray_object_manager_port: "
         f"{RAY_OBJECT_MANAGER}, ray_min_worker_port: {RAY_WORKERS[0]}, ray_max_worker_port: "
         f"{RAY_WORKERS[1]}, join_timeout: {RAY_JOIN_TIMEOUT}}}"))
@@ -295,7 +309,7 @@ def ray_plans(native: Path) -> dict[str, HostPlan]:
 
 def ray_status() -> str:
     """``ray status`` of the group's cluster, asked on the head."""
-    return on_host(f"{RAY_BIN} status --address 127.0.0.1:{RAY_PORT}", HEAD).stdout
+    return on_host(f"{RAY_BIN} status --address {machine_address()[1]}:{RAY_PORT}", HEAD).stdout
 
 
 def active_nodes(status: str) -> int:
@@ -373,8 +387,9 @@ def ray_group(converged: Path) -> Iterator[dict[str, HostPlan]]:
         ray_units_down()
         for host in (HEAD, WORKER):  # nothing of Ray left listening for the next module
             listening = on_host("ss -Htlnp", host).stdout
-            assert not any(f":{port} " in listening for port in MULTINODE_PORTS[2:19]
-                           if port != RAY_API), listening
+            ray_ports = [*MULTINODE_PORTS[2:7], *range(RAY_WORKERS[0], RAY_WORKERS[1] + 1),
+                         RAY_CLIENT_PORT]
+            assert not any(f":{port} " in listening for port in ray_ports), listening
 
 
 def test_ray_status_shows_both_members_nodes_with_their_resources(ray_group) -> None:
@@ -391,7 +406,8 @@ def test_ray_status_shows_both_members_nodes_with_their_resources(ray_group) -> 
 def test_the_heads_wait_passes_and_vllm_refuses_ray_on_the_cpu_build(ray_group) -> None:
     joined = ray_joined(RAY_JOIN_TIMEOUT)
     assert joined.returncode == 0, joined.stdout + joined.stderr
-    assert f"every member's Ray node has joined 127.0.0.1:{RAY_PORT}: {HEAD}, {WORKER}" \
+    address = machine_address()[1]
+    assert f"every member's Ray node has joined {address}:{RAY_PORT}: {HEAD}, {WORKER}" \
         in joined.stdout
     # the head's vLLM unit itself: its wait passes, then vLLM joins the cluster and refuses
     on_host(f"systemctl start --no-block {RAY_WORKER_UNIT}", HEAD)
@@ -428,6 +444,7 @@ def test_a_stopped_ray_worker_fails_the_heads_wait_naming_it(ray_group) -> None:
     start = time.monotonic()
     joined = ray_joined(15)
     assert joined.returncode == 2, joined.stdout + joined.stderr
-    assert (f"the Ray node of {WORKER} did not join the Ray head at 127.0.0.1:{RAY_PORT} "
+    address = machine_address()[1]
+    assert (f"the Ray node of {WORKER} did not join the Ray head at {address}:{RAY_PORT} "
             "within 15s") in joined.stderr
     assert time.monotonic() - start < 15 + 60  # bounded (one last `ray status` after it)

@@ -238,7 +238,7 @@ hosts:
         model: tiny
         port: 18507
         worker_hosts: [b]
-        multinode: {{launcher: ray, ray_port: 18502, ray_node_manager_port: {nm},
+        multinode: {{launcher: ray, {where}ray_port: 18502, ray_node_manager_port: {nm},
                     ray_object_manager_port: {om}, ray_min_worker_port: {low},
                     ray_max_worker_port: {high}}}
         args: {{tensor-parallel-size: 2}}
@@ -247,8 +247,9 @@ hosts:
 """
 
 
-def sandbox_ray(nm: int = 18503, om: int = 18504, low: int = 18508, high: int = 18517) -> str:
-    return SANDBOX_RAY.format(sha="a" * 64, nm=nm, om=om, low=low, high=high)
+def sandbox_ray(nm: int = 18503, om: int = 18504, low: int = 18508, high: int = 18517,
+                where: str = "interface: eth0, head_address: 192.0.2.2, ") -> str:
+    return SANDBOX_RAY.format(sha="a" * 64, nm=nm, om=om, low=low, high=high, where=where)
 
 
 def sandbox_plans(text: str) -> dict[str, object]:
@@ -277,7 +278,7 @@ def test_sandbox_members_each_get_their_own_ray_ports() -> None:
         for host, plan in plans.items()}
     assert ports == {"a": ["18503", "18504", "18508", "18512"],
                      "b": ["18505", "18506", "18513", "18517"]}
-    assert option(ray_start_of(plans["b"]), "--address") == "127.0.0.1:18502"
+    assert option(ray_start_of(plans["b"]), "--address") == "192.0.2.2:18502"
 
 
 def test_hosts_of_their_own_keep_the_ports_written_on_every_member() -> None:
@@ -306,3 +307,12 @@ def test_sandbox_ray_ports_that_collide_are_located_errors() -> None:
     assert any("lies in Ray's worker port range 18500–18510" in p for p in inside), inside
     narrow = problems_of(sandbox_ray(low=18510, high=18510))
     assert any("fewer ports than the group's 2 members" in p for p in narrow), narrow
+
+
+def test_a_ray_head_on_loopback_is_a_located_error() -> None:
+    # measured on the sandbox pair: Ray replaced --node-ip-address 127.0.0.1 by the machine's
+    # address (192.0.2.2), and the worker's raylet joined the GCS there, never at 127.0.0.1
+    problems = problems_of(sandbox_ray(where=""))  # sandbox hosts: the head at 127.0.0.1
+    assert ("hosts.a.servers.g.multinode.head_address: a Ray head cannot be reached at "
+            "127.0.0.1: Ray runs no node on a loopback address (it takes the machine's own "
+            "instead, and its workers join the head there)") in problems
