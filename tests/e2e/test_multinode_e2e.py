@@ -441,6 +441,13 @@ def test_a_killed_ray_worker_comes_back_and_rejoins(ray_group) -> None:
 
 def test_a_stopped_ray_worker_fails_the_heads_wait_naming_it(ray_group) -> None:
     on_host(f"systemctl stop {RAY_WORKER_UNIT}", WORKER)
+    # the GCS drops a stopped node once its health checks fail (measured: seconds, not at
+    # once); until then `ray status` still lists it, and the wait passes
+    stopped, deadline = time.monotonic(), time.monotonic() + 120
+    while active_nodes(ray_status()) != 1:
+        assert time.monotonic() < deadline, ray_status()
+        time.sleep(1)
+    print(f"the stopped Ray worker left `ray status` after {time.monotonic() - stopped:.0f}s")
     start = time.monotonic()
     joined = ray_joined(15)
     assert joined.returncode == 2, joined.stdout + joined.stderr
