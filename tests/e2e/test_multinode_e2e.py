@@ -9,7 +9,10 @@ clean and verify passing on both; the refusals: a worker host that cannot be rea
 on another vLLM release — both before any restart; a worker killed and the group serving
 again by itself, drift clean; last, a new configuration that vLLM refuses at start put back on
 both members (restart-or-restore), and the group serving again.
-What the CPU build cannot run across hosts (pipeline parallel, Ray) is docs/multinode.md's.
+Then the same group's units over Ray (rendered by the product, installed on the pair: the CPU
+build cannot serve over Ray, so nothing deploys it): both Ray nodes joined, vLLM's own refusal,
+a killed Ray worker rejoining, a stopped one failing the head's wait, naming it (the section
+"Ray" below). What the CPU build cannot run across hosts is docs/multinode.md's.
 """
 
 from __future__ import annotations
