@@ -25,7 +25,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from fleet.problems import Finding
-from fleet.ray import VLLM_RAY, ray_pin
+from fleet.ray import VLLM_RAY, NodePorts, node_ports, ray_pin
 from fleet.spec import Fleet, Host, Launcher, MultiNode, Server
 
 #: The address sandbox hosts reach each other at: they share this machine's network.
@@ -173,12 +173,35 @@ def group_revision(parts: list[str]) -> str:
     return digest.hexdigest()[:16]
 
 
-def ports(server: Server, role: str) -> dict[str, int]:
-    """The ports a member of the group listens on, by the multinode key that sets each."""
+def shares_network(fleet: Fleet, head: str, server: Server) -> bool:
+    """Whether every member of the group shares one network: sandbox hosts (this machine's),
+    so each member's Ray node needs ports of its own (:func:`fleet.ray.node_ports`).
+
+    Example:
+        >>> from fleet.load import load_fleet
+        >>> fleet = load_fleet("inventory/examples/h200-pair-ray.yaml")
+        >>> shares_network(fleet, "hgx-h200-01", fleet.hosts["hgx-h200-01"].servers["deepseek"])
+        False
+    """
+    members = [head, *server.worker_hosts]
+    return all(m in fleet.hosts and fleet.hosts[m].is_sandbox for m in members)
+
+
+def member_ray_ports(fleet: Fleet, head: str, server: Server, rank: int) -> NodePorts:
+    """The Ray ports of the group's member of node rank ``rank`` (head: 0)."""
+    return node_ports(settings(server), rank, nodes(server), shares_network(fleet, head, server))
+
+
+def ports(server: Server, role: str, node: NodePorts | None = None) -> dict[str, int]:
+    """The ports a member of the group listens on, by the multinode key that sets each
+    (``node``: that member's Ray ports, where they are not the fleet file's own)."""
     group = settings(server)
     if group.launcher is Launcher.ray:
         found = {"ray_node_manager_port": group.ray_node_manager_port,
                  "ray_object_manager_port": group.ray_object_manager_port}
+        if node is not None:
+            found = {"ray_node_manager_port": node.node_manager,
+                     "ray_object_manager_port": node.object_manager}
         if role == "head":
             found["ray_port"] = group.ray_port
         return found
@@ -245,6 +268,13 @@ def check_group(
                "give the address the workers reach this host at (multinode.head_address)")
     if group.launcher is Launcher.ray:
         yield from _check_ray(host, sbase, group)
+        yield from _check_shared_ray_ports(fleet, name, sbase, server)
+        if _is_loopback(address):
+            yield ((*sbase, "multinode", "head_address"),
+                   f"a Ray head cannot be reached at {address}: Ray runs no node on a loopback "
+                   "address (it takes the machine's own instead, and its workers join the head "
+                   "there)", "give the address the workers reach this host at "
+                   "(multinode.head_address) and its interface (multinode.interface)")
     if group.ray_min_worker_port > group.ray_max_worker_port:
         yield ((*sbase, "multinode", "ray_min_worker_port"),
                "ray_min_worker_port is above ray_max_worker_port", None)
@@ -280,7 +310,8 @@ def _check_member_ports(
             continue
         role = "head" if rank == 0 else "worker"
         taken = {other.port: other_name for other_name, other in host.servers.items()}
-        for key, port in ports(server, role).items():
+        node = member_ray_ports(fleet, head, server, rank)
+        for key, port in ports(server, role, node).items():
             if port in taken:
                 yield ((*sbase, "multinode", key),
                        f"port {port} on {member} is server {taken[port]}'s API port",
@@ -289,3 +320,39 @@ def _check_member_ports(
             yield ((*sbase, "worker_hosts", rank - 1),
                    f"{member} has a server named {sbase[-1]!r} of its own: the group's member "
                    "unit there would have the same name", "rename one of the two servers")
+
+
+def _check_shared_ray_ports(
+    fleet: Fleet, head: str, sbase: tuple[str | int, ...], server: Server
+) -> Iterator[Finding]:
+    """On members sharing one network (sandbox hosts), every member's Ray ports are its own:
+    no two members' (nor the head's GCS port) coincide, and each has a worker port."""
+    if not shares_network(fleet, head, server):
+        return
+    group = settings(server)
+    members = [head, *server.worker_hosts]
+    if group.ray_max_worker_port - group.ray_min_worker_port + 1 < len(members):
+        yield ((*sbase, "multinode", "ray_min_worker_port"),
+               f"the worker port range has fewer ports than the group's {len(members)} members, "
+               "which share one network (sandbox hosts) and split it",
+               "widen ray_min_worker_port…ray_max_worker_port")
+        return
+    seen = {group.ray_port: f"{head}'s ray_port"}
+    for rank, member in enumerate(members):
+        node = member_ray_ports(fleet, head, server, rank)
+        for label, port in (("node manager", node.node_manager),
+                            ("object manager", node.object_manager)):
+            if port in seen:
+                yield ((*sbase, "multinode", "ray_node_manager_port"),
+                       f"the members share one network (sandbox hosts), so each Ray node gets "
+                       f"its own ports (node/object manager + 2 × node rank): {member}'s {label} "
+                       f"port {port} is also {seen[port]}",
+                       "space ray_node_manager_port, ray_object_manager_port and ray_port apart")
+                return
+            seen[port] = f"{member}'s {label} port"
+    low, high = group.ray_min_worker_port, group.ray_max_worker_port
+    inside = sorted(port for port in seen if low <= port <= high)
+    if inside:
+        yield ((*sbase, "multinode", "ray_min_worker_port"),
+               f"port {inside[0]} ({seen[inside[0]]}) lies in Ray's worker port range "
+               f"{low}–{high}", "move the worker port range away from the other Ray ports")

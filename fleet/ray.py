@@ -27,8 +27,10 @@ Example:
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 
 from fleet.releases import Version, release
+from fleet.spec import MultiNode
 
 #: (first vLLM release, last vLLM release, the Ray vLLM's executor requires at least, the Ray
 #: the fleet installs), in order; sources in the module docstring.
@@ -118,3 +120,48 @@ def ray_start(
             "--resources", json.dumps({member_resource(host): 1}, separators=(",", ":")),
             "--temp-dir", temp_dir,
             "--disable-usage-stats"]
+
+
+@dataclass(frozen=True)
+class NodePorts:
+    """The ports one member's Ray node opens: node manager, object manager, worker range.
+
+    Example:
+        >>> NodePorts(6380, 6381, 10002, 10999).listed()
+        [6380, 6381]
+    """
+
+    node_manager: int
+    object_manager: int
+    min_worker: int
+    max_worker: int
+
+    def listed(self) -> list[int]:
+        """The node's two fixed ports (the worker range aside)."""
+        return [self.node_manager, self.object_manager]
+
+
+def node_ports(group: MultiNode, rank: int, members: int, shared_network: bool) -> NodePorts:
+    """The Ray ports of the member of node rank ``rank`` in a group of ``members`` hosts.
+
+    Hosts of their own (each its own network) all open the ports the fleet file names, as Ray
+    is usually run. Members that share one network (sandbox hosts: this machine's) cannot: the
+    second raylet would find the first's ports taken. There, member ``rank`` gets the node and
+    object manager ports moved up by ``2 × rank`` and its own equal slice of the worker range
+    (``fleet check`` says when these collide with each other or with the GCS port).
+
+    Example:
+        >>> group = MultiNode(ray_node_manager_port=18503, ray_object_manager_port=18504,
+        ...                   ray_min_worker_port=18507, ray_max_worker_port=18518)
+        >>> node_ports(group, 1, 2, shared_network=True)
+        NodePorts(node_manager=18505, object_manager=18506, min_worker=18513, max_worker=18518)
+        >>> node_ports(group, 1, 2, shared_network=False).node_manager
+        18503
+    """
+    low, high = group.ray_min_worker_port, group.ray_max_worker_port
+    if not shared_network:
+        return NodePorts(group.ray_node_manager_port, group.ray_object_manager_port, low, high)
+    width = max(1, (high - low + 1) // members)
+    return NodePorts(group.ray_node_manager_port + 2 * rank,
+                     group.ray_object_manager_port + 2 * rank,
+                     low + rank * width, low + (rank + 1) * width - 1)

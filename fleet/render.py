@@ -30,6 +30,7 @@ from fleet.multinode import (
     head_address,
     member_env,
     member_flags,
+    member_ray_ports,
     settings,
 )
 from fleet.numa import server_binding
@@ -446,11 +447,12 @@ def ray_node_command(fleet: Fleet, head: str, name: str, member: Member) -> list
     # one path on every node: a Ray worker node takes the head's temp dir whatever it is given
     # (measured: `PermissionError: [Errno 13] Permission denied: '/run/vllm-fleet/ray'`)
     temp = f"/run/{ray_runtime_dir(name)}"
+    node = member_ray_ports(fleet, head, server, member.rank)  # own ports on a shared network
     words = ray_start(RAY, head=member.rank == 0, address=address, port=group.ray_port,
-                      node_manager_port=group.ray_node_manager_port,
-                      object_manager_port=group.ray_object_manager_port,
-                      min_worker_port=group.ray_min_worker_port,
-                      max_worker_port=group.ray_max_worker_port,
+                      node_manager_port=node.node_manager,
+                      object_manager_port=node.object_manager,
+                      min_worker_port=node.min_worker,
+                      max_worker_port=node.max_worker,
                       gpus=ray_gpus(fleet, head, name), host=member.host, temp_dir=temp)
     if group.interface:
         where = ["--interface", group.interface]

@@ -35,3 +35,18 @@ def test_head_lists_every_member_in_its_unit(target: Target) -> None:
     unit = target.host.file(target.server.unit_path).content_string
     assert f"group revision {group.revision}" in unit
     assert " ".join(group.members) in unit
+
+
+def test_ray_head_holds_every_members_node(target: Target) -> None:
+    """Over Ray: the head's Ray head unit runs, and ``ray status`` shows every member's node
+    with its resources — the head vLLM unit's own wait (its ``ExecStartPre``), bounded here."""
+    ray = target.server.ray_head
+    if ray is None:
+        pytest.skip("not the head of a group over Ray")
+    assert target.host.service(ray.unit).is_running, f"{ray.unit} is not running"
+    [line] = [x for x in target.server.unit_text.splitlines()
+              if x.startswith("ExecStartPre=+") and remote_program("ray_joined") in x]
+    words = shlex.split(line.removeprefix("ExecStartPre=+"))
+    words[words.index("--timeout") + 1] = "10"
+    result = target.host.run(" ".join(shlex.quote(word) for word in words))
+    assert result.rc == 0, result.stderr

@@ -9,21 +9,32 @@ clean and verify passing on both; the refusals: a worker host that cannot be rea
 on another vLLM release — both before any restart; a worker killed and the group serving
 again by itself, drift clean; last, a new configuration that vLLM refuses at start put back on
 both members (restart-or-restore), and the group serving again.
-What the CPU build cannot run across hosts (pipeline parallel, Ray) is docs/multinode.md's.
+Then the same group's units over Ray (rendered by the product, installed on the pair: the CPU
+build cannot serve over Ray, so nothing deploys it): both Ray nodes joined, vLLM's own refusal,
+a killed Ray worker rejoining, a stopped one failing the head's wait, naming it (the section
+"Ray" below). What the CPU build cannot run across hosts is docs/multinode.md's.
 """
 
 from __future__ import annotations
 
 import json
 import shlex
+import subprocess
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from fleet.hostplan import HostPlan
+from fleet.load import load_text, merge_defaults, parse_yaml
 from fleet.paths import PREVIOUS_DIR, remote_program
+from fleet.problems import FleetError
+from fleet.render import host_plan
+from fleet.spec import Fleet
+from sandbox import hosts as sandbox
 from tests.support import e2e
-from tests.support.e2e import MULTINODE_PORTS, changes, deploy, on_host, output
+from tests.support.e2e import MULTINODE_PORTS, ROOT, changes, deploy, on_host, output
 
 pytestmark = pytest.mark.e2e
 
@@ -231,3 +242,225 @@ def test_a_group_that_does_not_come_up_gets_its_previous_configuration_back(
         assert time.monotonic() < deadline, \
             f"the restored group did not serve within {RECOVERY}s{journals()}"
         time.sleep(10)
+
+
+# --------------------------------------------------------------------------- Ray
+#
+# vLLM's CPU build cannot serve over Ray (``ValueError: current platform cpu does not support
+# ray.``; ``fleet check`` refuses ``launcher: ray`` on cpu hosts), so no deploy of a Ray group
+# runs here: the fleet file below is rendered with the product's own ``host_plan`` (past that
+# one check, which is about vLLM, not Ray) and its units — byte for byte what a GPU deploy
+# writes — are installed on the pair with the product's host programs and its Ray pin
+# (``ray==2.48.0``, into the pair's vLLM venv). What runs for real: the Ray head unit on the
+# head, the Ray worker unit on the other member, both joined (``ray status``: two nodes, each
+# with its member resource), the head vLLM unit's bounded wait (``ray_joined.py``) passing,
+# then vLLM refusing Ray with its own words; a Ray worker killed coming back and rejoining; a
+# Ray worker stopped failing the wait, naming it. Everything is taken down again (no Ray left
+# listening for the next module).
+
+RAY_SERVER = "rgrp"
+RAY_HEAD_UNIT, RAY_WORKER_UNIT = f"vllm-{RAY_SERVER}-ray.service", f"vllm-{RAY_SERVER}.service"
+#: The GCS port, the head's node/object manager ports (the worker's, derived because the pair
+#: shares one network: + 2), the group's API port, and the worker port range both split.
+RAY_PORT, RAY_NODE_MANAGER, RAY_OBJECT_MANAGER = MULTINODE_PORTS[2:5]
+RAY_API = MULTINODE_PORTS[7]
+RAY_WORKERS = MULTINODE_PORTS[8], MULTINODE_PORTS[17]
+RAY_BIN = "/opt/vllm-fleet/venv/bin/ray"
+#: Ray Client's server, which the Ray head opens on this fixed port whenever ``grpc`` imports in
+#: the venv (vLLM's venv: yes), outside the fleet file's ports (docs/multinode.md).
+RAY_CLIENT_PORT = 10001
+RAY_JOIN_TIMEOUT = 60
+
+
+def machine_address() -> tuple[str, str]:
+    """(interface, IPv4 address) of this machine's default route, which the sandbox hosts share:
+    where Ray runs their nodes (Ray never runs a node on loopback: it replaces 127.0.0.1 by the
+    machine's address, and its workers join the GCS there; measured)."""
+    words = subprocess.run(["ip", "-4", "-o", "route", "get", "192.0.2.254"], capture_output=True,
+                           text=True, check=True).stdout.split()
+    return words[words.index("dev") + 1], words[words.index("src") + 1]
+
+
+def ray_fleet(native: Path) -> str:
+    """The module's fleet file with the group over Ray (another server name and ports)."""
+    text = native.read_text().replace("      grp:\n", f"      {RAY_SERVER}:\n")
+    text = text.replace(f"port: {API_PORT}\n", f"port: {RAY_API}\n")
+    old = f"multinode: {{interface: lo, master_port: {MASTER_PORT}, join_timeout: 300}}"
+    assert old in text
+    interface, address = machine_address()
+    return text.replace(old, (
+        f"multinode: {{launcher: ray, interface: {interface}, head_address: {address}, "
+        f"ray_port: {RAY_PORT}, "
+        f"ray_node_manager_port: {RAY_NODE_MANAGER}, ray_object_manager_port: "
+        f"{RAY_OBJECT_MANAGER}, ray_min_worker_port: {RAY_WORKERS[0]}, ray_max_worker_port: "
+        f"{RAY_WORKERS[1]}, join_timeout: {RAY_JOIN_TIMEOUT}}}"))
+
+
+def ray_plans(native: Path) -> dict[str, HostPlan]:
+    """Both members' host plans of :func:`ray_fleet`, rendered by the product (``fleet check``
+    would refuse the cpu build over Ray, which only vLLM's part needs: see above)."""
+    text = ray_fleet(native)
+    with pytest.raises(FleetError) as refused:  # that check, and only that one
+        load_text(text, "ray.yaml")
+    assert [p.message for p in refused.value.problems] == [
+        "the cpu build of vLLM cannot serve over Ray: vLLM 0.32.0 says "
+        "`ValueError: current platform cpu does not support ray.`"]
+    raw, _ = parse_yaml(text, "ray.yaml")
+    fleet = Fleet.model_validate(merge_defaults(raw)[0])
+    return {host: host_plan(fleet, host, secrets=lambda ref: "") for host in (HEAD, WORKER)}
+
+
+def ray_status() -> str:
+    """``ray status`` of the group's cluster, asked on the head."""
+    return on_host(f"{RAY_BIN} status --address {machine_address()[1]}:{RAY_PORT}", HEAD).stdout
+
+
+def active_nodes(status: str) -> int:
+    """How many nodes ``ray status`` lists as active."""
+    section = status.split("Active:", 1)[-1].split("Pending:", 1)[0]
+    return sum(1 for line in section.splitlines() if line.strip().startswith("1 node_"))
+
+
+def ray_joined(timeout: int) -> subprocess.CompletedProcess:
+    """The head vLLM unit's wait, as its unit runs it (``ExecStartPre``), with ``timeout``."""
+    [line] = [x for x in ray_head_vllm_unit().splitlines() if x.startswith("ExecStartPre=+")]
+    words = shlex.split(line.removeprefix("ExecStartPre=+"))
+    words[words.index("--timeout") + 1] = str(timeout)
+    return on_host(shlex.join(words), HEAD, timeout=timeout + 120)
+
+
+def ray_head_vllm_unit() -> str:
+    return on_host(f"cat /etc/systemd/system/{RAY_WORKER_UNIT}", HEAD).stdout
+
+
+def ray_main_pid(host: str, unit: str) -> int:
+    return int(on_host(f"systemctl show -p MainPID --value {unit}", host).stdout or 0)
+
+
+def ray_units_down() -> None:
+    """Stop and remove every Ray unit, file and package this part installed, on both hosts."""
+    for host in (WORKER, HEAD):
+        units = f"{RAY_WORKER_UNIT} {RAY_HEAD_UNIT}" if host == HEAD else RAY_WORKER_UNIT
+        on_host(f"systemctl stop {units}; rm -f "
+                + " ".join(f"/etc/systemd/system/{u}" for u in units.split())
+                + f" /etc/vllm-fleet/{RAY_SERVER}.env {remote_program('ray_node')} "
+                f"{remote_program('ray_joined')}; systemctl daemon-reload; "
+                "systemctl reset-failed; /opt/vllm-fleet/venv/bin/pip uninstall -y -q ray",
+                host, timeout=180)
+
+
+@pytest.fixture(scope="module")
+def ray_group(converged: Path) -> Iterator[dict[str, HostPlan]]:
+    """The Ray head unit on the head and the Ray worker unit on the other member, started."""
+    plans = ray_plans(converged)
+    try:
+        for host, plan in plans.items():
+            [entry] = [s for s in plan.servers if s.name == RAY_SERVER]
+            files = {entry.unit_path: entry.unit_text, entry.env_path: entry.env_text or ""}
+            if entry.ray_head is not None:
+                files[entry.ray_head.unit_path] = entry.ray_head.unit_text
+            for name in ("ray_node", "ray_joined"):
+                files[remote_program(name)] = (ROOT / "hostside" / f"{name}.py").read_text()
+            for path, text in files.items():
+                put = on_host(f"cat > {path} && chmod {600 if path.endswith('.env') else 644} "
+                              f"{path}", host, stdin=text)
+                assert put.returncode == 0, put.stderr
+        installs = {host: subprocess.Popen(
+            sandbox.ssh_argv(host, f"/opt/vllm-fleet/venv/bin/pip install -q --no-input "
+                             f"--disable-pip-version-check {shlex.quote(plan.ray_package)}"),
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+            for host, plan in plans.items()}  # both members at once
+        for host, install in installs.items():
+            assert install.wait(timeout=300) == 0, f"{host}: {install.stdout.read()}"
+        # the deploy's order for a Ray group: the worker restarted without waiting, then the
+        # Ray head (its start waits for its own node), then the worker's join wait
+        on_host(f"systemctl daemon-reload && systemctl start --no-block {RAY_WORKER_UNIT}",
+                WORKER)
+        head = on_host(f"systemctl daemon-reload && systemctl start {RAY_HEAD_UNIT}", HEAD)
+        assert head.returncode == 0, head.stdout + head.stderr + on_host(
+            f"journalctl -u {RAY_HEAD_UNIT} -n 40 --no-pager", HEAD).stdout
+        deadline = time.monotonic() + RAY_JOIN_TIMEOUT + 60
+        while on_host(f"systemctl is-active {RAY_WORKER_UNIT}", WORKER).stdout.strip() \
+                != "active":
+            assert time.monotonic() < deadline, on_host(
+                f"journalctl -u {RAY_WORKER_UNIT} -n 40 --no-pager", WORKER).stdout
+            time.sleep(2)
+        yield plans
+    finally:
+        ray_units_down()
+        for host in (HEAD, WORKER):  # nothing of Ray left listening for the next module
+            listening = on_host("ss -Htlnp", host).stdout
+            ray_ports = [*MULTINODE_PORTS[2:7], *range(RAY_WORKERS[0], RAY_WORKERS[1] + 1),
+                         RAY_CLIENT_PORT]
+            assert not any(f":{port} " in listening for port in ray_ports), listening
+
+
+def test_ray_status_shows_both_members_nodes_with_their_resources(ray_group) -> None:
+    status = ray_status()
+    assert active_nodes(status) == 2, status
+    for host in (HEAD, WORKER):
+        assert f"0.0/1.0 fleet_member_{host}" in status, status
+    listening = on_host("ss -Htlnp", HEAD).stdout  # the worker's node on its own ports
+    for port in (RAY_PORT, RAY_NODE_MANAGER, RAY_OBJECT_MANAGER,
+                 RAY_NODE_MANAGER + 2, RAY_OBJECT_MANAGER + 2):
+        assert f":{port} " in listening, (port, listening)
+
+
+def test_the_heads_wait_passes_and_vllm_refuses_ray_on_the_cpu_build(ray_group) -> None:
+    joined = ray_joined(RAY_JOIN_TIMEOUT)
+    assert joined.returncode == 0, joined.stdout + joined.stderr
+    address = machine_address()[1]
+    assert f"every member's Ray node has joined {address}:{RAY_PORT}: {HEAD}, {WORKER}" \
+        in joined.stdout
+    # the head's vLLM unit itself: its wait passes, then vLLM joins the cluster and refuses
+    on_host(f"systemctl start --no-block {RAY_WORKER_UNIT}", HEAD)
+    deadline, log = time.monotonic() + 240, ""
+    try:
+        while "does not support ray" not in log:
+            assert time.monotonic() < deadline, log[-4000:]
+            time.sleep(5)
+            log = on_host(f"journalctl -u {RAY_WORKER_UNIT} --no-pager -o cat", HEAD).stdout
+    finally:
+        on_host(f"systemctl stop {RAY_WORKER_UNIT}", HEAD)
+    assert "every member's Ray node has joined" in log
+    assert "ValueError: current platform cpu does not support ray." in log
+
+
+def test_a_killed_ray_worker_comes_back_and_rejoins(ray_group) -> None:
+    pid = ray_main_pid(WORKER, RAY_WORKER_UNIT)
+    on_host(f"kill -9 {pid}", WORKER)
+    deadline = time.monotonic() + 180
+    while True:
+        now = ray_main_pid(WORKER, RAY_WORKER_UNIT)
+        state = on_host(f"systemctl is-active {RAY_WORKER_UNIT}", WORKER).stdout.strip()
+        if now not in (0, pid) and state == "active" and active_nodes(ray_status()) == 2:
+            break
+        assert time.monotonic() < deadline, ray_status() + on_host(
+            f"journalctl -u {RAY_WORKER_UNIT} -n 40 --no-pager", WORKER).stdout
+        time.sleep(3)
+    joined = ray_joined(30)
+    assert joined.returncode == 0, joined.stdout + joined.stderr
+
+
+def test_a_stopped_ray_worker_fails_the_heads_wait_naming_it(ray_group) -> None:
+    on_host(f"systemctl stop {RAY_WORKER_UNIT}", WORKER)
+    # `ray status` drops a stopped node from its node list within seconds, and its resources
+    # (the member resource the wait reads) some seconds later (measured); until then the
+    # wait still passes
+    stopped, deadline = time.monotonic(), time.monotonic() + 120
+    while active_nodes(ray_status()) != 1:
+        assert time.monotonic() < deadline, ray_status()
+        time.sleep(1)
+    left = time.monotonic() - stopped
+    while f"fleet_member_{WORKER}" in ray_status():
+        assert time.monotonic() < deadline, ray_status()
+        time.sleep(1)
+    print(f"the stopped Ray worker left `ray status`'s nodes after {left:.0f}s, its resources "
+          f"after {time.monotonic() - stopped:.0f}s")
+    start = time.monotonic()
+    joined = ray_joined(15)
+    assert joined.returncode == 2, joined.stdout + joined.stderr
+    address = machine_address()[1]
+    assert (f"the Ray node of {WORKER} did not join the Ray head at {address}:{RAY_PORT} "
+            "within 15s") in joined.stderr
+    assert time.monotonic() - start < 15 + 60  # bounded (one last `ray status` after it)

@@ -15,10 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from fleet.load import load_fleet, load_text
+from fleet.load import load_fleet, load_text, merge_defaults, parse_yaml
 from fleet.problems import FleetError
 from fleet.ray import ray_pin, ray_requirement
 from fleet.render import host_plan
+from fleet.spec import Fleet
 from tests.support.vllmparse import vllm_parse
 from tests.unit.fleet.test_flags import vllm_python
 from tests.unit.fleet.test_multinode import exec_start
@@ -219,3 +220,99 @@ def test_rays_own_parser_accepts_every_ray_start(host: str) -> None:
     assert params["num_gpus"] == 8
     assert params["include_dashboard"] is (False if host == HEAD else None)
     assert json.loads(params["resources"]) == {f"fleet_member_{host}": 1}
+
+
+# --- members sharing one network (sandbox hosts): each Ray node on ports of its own -------------
+
+SANDBOX_RAY = """\
+version: 1
+defaults:
+  vllm: {{version: "0.32.0", variant: cpu}}
+models:
+  tiny: {{url: "http://127.0.0.1:1/t.tar.gz", sha256: "{sha}"}}
+hosts:
+  a:
+    address: sandbox
+    servers:
+      g:
+        model: tiny
+        port: 18507
+        worker_hosts: [b]
+        multinode: {{launcher: ray, {where}ray_port: 18502, ray_node_manager_port: {nm},
+                    ray_object_manager_port: {om}, ray_min_worker_port: {low},
+                    ray_max_worker_port: {high}}}
+        args: {{tensor-parallel-size: 2}}
+  b:
+    address: sandbox
+"""
+
+
+def sandbox_ray(nm: int = 18503, om: int = 18504, low: int = 18508, high: int = 18517,
+                where: str = "interface: eth0, head_address: 192.0.2.2, ") -> str:
+    return SANDBOX_RAY.format(sha="a" * 64, nm=nm, om=om, low=low, high=high, where=where)
+
+
+def sandbox_plans(text: str) -> dict[str, object]:
+    """Both members' plans, rendered past ``fleet check`` (which refuses the cpu build over
+    Ray, whatever the ports: tests/e2e/test_multinode_e2e.py runs these units)."""
+    raw, _ = parse_yaml(text, "ray.yaml")
+    fleet = Fleet.model_validate(merge_defaults(raw)[0])
+    return {host: host_plan(fleet, host, secrets=lambda ref: "") for host in ("a", "b")}
+
+
+def ray_start_of(plan) -> list[str]:
+    [entry] = plan.servers
+    text = entry.ray_head.unit_text if entry.ray_head else entry.unit_text
+    [line] = directives(text, "ExecStart")
+    return ray_words(line)
+
+
+def option(words: list[str], name: str) -> str:
+    return words[words.index(name) + 1]
+
+
+def test_sandbox_members_each_get_their_own_ray_ports() -> None:
+    plans = sandbox_plans(sandbox_ray())
+    ports = {host: [option(ray_start_of(plan), flag) for flag in (
+        "--node-manager-port", "--object-manager-port", "--min-worker-port", "--max-worker-port")]
+        for host, plan in plans.items()}
+    assert ports == {"a": ["18503", "18504", "18508", "18512"],
+                     "b": ["18505", "18506", "18513", "18517"]}
+    assert option(ray_start_of(plans["b"]), "--address") == "192.0.2.2:18502"
+
+
+def test_hosts_of_their_own_keep_the_ports_written_on_every_member() -> None:
+    starts = [ray_start_of(plan(host)) for host in (HEAD, WORKER)]
+    for flag in ("--node-manager-port", "--object-manager-port", "--min-worker-port",
+                 "--max-worker-port"):
+        assert option(starts[0], flag) == option(starts[1], flag)
+
+
+def problems_of(text: str) -> list[str]:
+    with pytest.raises(FleetError) as error:
+        load_text(text, "ray.yaml")
+    return [f"{'.'.join(map(str, p.path))}: {p.message}" for p in error.value.problems]
+
+
+def test_sandbox_ray_ports_that_collide_are_located_errors() -> None:
+    cpu = ("hosts.a.servers.g.multinode.launcher: the cpu build of vLLM cannot serve over Ray: "
+           "vLLM 0.32.0 says `ValueError: current platform cpu does not support ray.`")
+    assert problems_of(sandbox_ray()) == [cpu]  # the e2e's ports: only the cpu refusal
+    # b's node manager port (18503 + 2) is a's object manager port
+    collide = problems_of(sandbox_ray(om=18505))
+    assert ("hosts.a.servers.g.multinode.ray_node_manager_port: the members share one network "
+            "(sandbox hosts), so each Ray node gets its own ports (node/object manager + 2 × "
+            "node rank): b's node manager port 18505 is also a's object manager port") in collide
+    inside = problems_of(sandbox_ray(low=18500, high=18510))
+    assert any("lies in Ray's worker port range 18500–18510" in p for p in inside), inside
+    narrow = problems_of(sandbox_ray(low=18510, high=18510))
+    assert any("fewer ports than the group's 2 members" in p for p in narrow), narrow
+
+
+def test_a_ray_head_on_loopback_is_a_located_error() -> None:
+    # measured on the sandbox pair: Ray replaced --node-ip-address 127.0.0.1 by the machine's
+    # address (192.0.2.2), and the worker's raylet joined the GCS there, never at 127.0.0.1
+    problems = problems_of(sandbox_ray(where=""))  # sandbox hosts: the head at 127.0.0.1
+    assert ("hosts.a.servers.g.multinode.head_address: a Ray head cannot be reached at "
+            "127.0.0.1: Ray runs no node on a loopback address (it takes the machine's own "
+            "instead, and its workers join the head there)") in problems
