@@ -224,10 +224,12 @@ def rolled(converge, tmp_path_factory: pytest.TempPathFactory):
     """A flags change (max-num-seqs 4 → 3) deployed under load through the router, through a
     canary gate with wide margins: the change does not slow a server, but under this load on
     two shared cores the figures are noisy (one run: the fresh replica's API server, short of
-    CPU, streamed its 16 tokens in one chunk: TTFT 36 ms against 20 ms, TPOT 0.01 ms)."""
+    CPU, streamed its 16 tokens in one chunk: TTFT 36 ms against 20 ms, TPOT 0.01 ms; another:
+    TTFT +246 %), so a slowdown must pass 250 ms too to fail it here: the failing canary below
+    is the one that shows the gate tells a slower replica apart."""
     before = {UNIT_A: main_pid(UNIT_A, HOST_A), UNIT_B: main_pid(UNIT_B, HOST_B)}
     fleet = write_fleet(tmp_path_factory.mktemp("rolled") / "fleet.yaml", seqs=3,
-                        canary=CANARY + ", ttft_margin: 1, tpot_margin: 1, floor_ms: 50")
+                        canary=CANARY + ", ttft_margin: 1, tpot_margin: 1, floor_ms: 250")
     with Load() as load:
         time.sleep(2)
         started = time.monotonic()
