@@ -41,13 +41,12 @@ MAX_NAME = 63
 
 @dataclass
 class Expanded:
-    """What :func:`expand` made: the fleet with the replicas as servers, where each came from
-    (generated path → the path written in the file, for located errors), why each replica went
-    where it did (also on each endpoint's ``placed``), and what could not be placed."""
+    """What :func:`expand` made: the fleet with the replicas as servers (why each went where it
+    did is on its endpoint's ``placed``), where each came from (generated path → the path
+    written in the file, for located errors), and what could not be placed."""
 
     fleet: Fleet
     origin: dict[Loc, Loc] = field(default_factory=dict)
-    reasons: dict[str, list[str]] = field(default_factory=dict)
     findings: list[Finding] = field(default_factory=list)
 
 
@@ -121,6 +120,7 @@ def _place_set(out: Expanded, name: str, rs: ReplicaSet) -> None:
         return
     on_host: dict[str, int] = {}
     refs: list[str] = []
+    reasons: dict[str, list[str]] = {}
     why_not: dict[str, str] = {}
     for index in range(1, rs.count + 1):
         server_name = replica_name(name, index)
@@ -151,7 +151,7 @@ def _place_set(out: Expanded, name: str, rs: ReplicaSet) -> None:
             refs.append(f"{host}/{server_name}")
             server_path: Loc = ("hosts", host, "servers", server_name)
             out.origin[server_path] = (*base, "server")
-            out.reasons[f"{host}/{server_name}"] = [reason] + (
+            reasons[f"{host}/{server_name}"] = [reason] + (
                 [f"port {port}: {rs.server.port} is taken there"] if port != rs.server.port else []
             )  # fmt: skip
             break
@@ -165,7 +165,7 @@ def _place_set(out: Expanded, name: str, rs: ReplicaSet) -> None:
         out.origin[(*base, index)] = (*base, "count")
     endpoints = dict(out.fleet.endpoints)
     endpoints[name] = endpoints[name].model_copy(update={"replicas": refs})
-    endpoints[name]._placed = {ref: out.reasons[ref] for ref in refs}
+    endpoints[name]._placed = reasons
     out.fleet = out.fleet.model_copy(update={"endpoints": endpoints})
 
 

@@ -42,7 +42,13 @@ NETWORK_FS = ("nfs", "nfs4", "cifs", "smb3", "smbfs", "fuse.sshfs", "sshfs", "ce
 Cause = tuple[str, list[str], str]
 
 
-def _p(figures: dict[str, Any] | None, key: str, q: str = "p50") -> float | None:
+def percentile(figures: dict[str, Any] | None, key: str, q: str = "p50") -> float | None:
+    """A step's percentile ``q`` of figure ``key`` (``ttft_ms``, …), None when it has none.
+
+    Example:
+        >>> percentile({"ttft_ms": {"p50": 7}}, "ttft_ms"), percentile({}, "tpot_ms")
+        (7.0, None)
+    """
     value = ((figures or {}).get(key) or {}).get(q)
     return float(value) if isinstance(value, int | float) else None
 
@@ -59,7 +65,7 @@ def slowdown(baseline: dict[str, Any], fresh: dict[str, Any]) -> list[dict[str, 
     """
     slower = []
     for key, words in (("ttft", "TTFT P50"), ("tpot", "TPOT P50")):
-        then, now = _p(baseline, f"{key}_ms"), _p(fresh, f"{key}_ms")
+        then, now = percentile(baseline, f"{key}_ms"), percentile(fresh, f"{key}_ms")
         if then and now and now >= SLOWER * then and now - then >= FLOOR_MS[key]:
             slower.append({"figure": words, "then_ms": then, "now_ms": now,
                            "ratio": now / then})  # fmt: skip
@@ -76,7 +82,7 @@ def _queueing(bench: dict[str, Any], args: dict[str, Any], where: str) -> Cause 
     gauges = fresh.get("server_gauges") or {}
     after = bench.get("metrics_gauges") or {}
     queue = (server.get("queue") or {}).get("p50")
-    ttft = _p(fresh, "ttft_ms")
+    ttft = percentile(fresh, "ttft_ms")
 
     def most(key: str) -> float | None:
         seen = [v for v in ((gauges.get(key) or {}).get("max"), after.get(key)) if v is not None]
@@ -118,7 +124,7 @@ def _tail(bench: dict[str, Any], args: dict[str, Any], where: str) -> Cause | No
     for what, figures, scale in (("the fresh measurement", bench.get("fresh"), 1.0),
                                  ("the server's /metrics since its start",
                                   {"ttft_ms": bench.get("metrics_ttft")}, 1000.0)):
-        p50, p99 = _p(figures, "ttft_ms"), _p(figures, "ttft_ms", "p99")
+        p50, p99 = percentile(figures, "ttft_ms"), percentile(figures, "ttft_ms", "p99")
         if p50 and p99 and p99 >= TAIL * p50:
             evidence.append(f"TTFT P99 {p99 * scale:,.1f} ms against P50 {p50 * scale:,.1f} ms "
                             f"(×{p99 / p50:.1f}) in {what}")

@@ -40,7 +40,7 @@ from cli.bench import servermetrics
 from cli.bench.command import BenchError, resolve_target
 from cli.bench.prompts import PromptError, load_jsonl, synthetic_prompts
 from cli.bench.runner import Options, Runner, Step, Target, server_tokenizer
-from fleet.slowness import slowdown
+from fleet.slowness import percentile, slowdown
 
 #: Where ``fleet bench`` archives its runs unless told otherwise (``--out``).
 BENCH_RESULTS = "bench-results"
@@ -54,11 +54,6 @@ TIMEOUT = 120.0
 ROUNDS = 2
 
 
-def _p50(step: dict[str, Any], key: str) -> float | None:
-    value = (step.get(key) or {}).get("p50")
-    return float(value) if isinstance(value, int | float) else None
-
-
 def kept_round(baseline: dict[str, Any], rounds: list[dict[str, Any]]) -> dict[str, Any]:
     """Of the fresh rounds, the one that says the least against the server: a round not
     slower than ``baseline`` if there is one, else the least slow (fewest slower figures, then
@@ -69,7 +64,7 @@ def kept_round(baseline: dict[str, Any], rounds: list[dict[str, Any]]) -> dict[s
         >>> kept_round(base, [{"ttft_ms": {"p50": 29.0}}, {"ttft_ms": {"p50": 11.0}}])
         {'ttft_ms': {'p50': 11.0}}
     """
-    return min(rounds, key=lambda r: (len(slowdown(baseline, r)), _p50(r, "ttft_ms") or 0.0))
+    return min(rounds, key=lambda r: (len(slowdown(baseline, r)), percentile(r, "ttft_ms") or 0.0))
 
 
 def _runs(root: Path) -> list[tuple[float, Path, dict[str, Any]]]:
@@ -197,6 +192,6 @@ def measure_target(target: Target, baseline: dict[str, Any], gpu_argv: list[str]
         return {"error": f"none of {rounds[-1]['requests']} requests succeeded: "
                          f"{rounds[-1]['errors']}"}  # fmt: skip
     fresh = kept_round(baseline, rounds)
-    return {"fresh": fresh, "rounds": [{"ttft_p50_ms": _p50(r, "ttft_ms"),
-                                        "tpot_p50_ms": _p50(r, "tpot_ms")} for r in rounds],
+    return {"fresh": fresh, "rounds": [{"ttft_p50_ms": percentile(r, "ttft_ms"),
+                                        "tpot_p50_ms": percentile(r, "tpot_ms")} for r in rounds],
             "metrics_ttft": now.get("ttft"), "metrics_gauges": now.get("gauges")}  # fmt: skip
