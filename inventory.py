@@ -8,7 +8,7 @@ stops the run with file:line messages.
 
 import sys
 
-from fleet.inventory import fleet_path, inventory_hosts
+from cli.inventory import fleet_path, inventory_hosts
 from fleet.load import FleetError
 
 try:

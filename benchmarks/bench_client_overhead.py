@@ -1,6 +1,6 @@
 """Is the client the bottleneck? Requests/s of ``fleet bench`` vs ``vllm bench serve``.
 
-Both load the same trivial local streaming server (:mod:`cli.bench.fakeserver` in its own
+Both load the same trivial local streaming server (:mod:`tests.support.fakeserver` in its own
 process, writing each answer's SSE stream at once, with no delays), with the same prompts,
 output length and concurrency, alternating, several rounds. The server does almost nothing, so
 requests/s measures what each client can drive. Goal: fleet/vLLM ≥ 1.
@@ -43,7 +43,7 @@ DEFAULT_PORT = int(os.environ.get("BENCH_FAKE_PORT", "18390"))
 def start_fake(port: int) -> subprocess.Popen:
     """The fake server in its own process (stopped by its PID)."""
     return subprocess.Popen(
-        [sys.executable, "-m", "cli.bench.fakeserver", "--port", str(port), "--batch"],
+        [sys.executable, "-m", "tests.support.fakeserver", "--port", str(port), "--batch"],
         cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT,
     )
 

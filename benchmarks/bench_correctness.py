@@ -12,7 +12,7 @@ mean TTFT, mean TPOT and output throughput. Goal: each within 10 % (0.90–1.10)
 runs ``vllm bench serve`` a second time in every round: its vllm/vllm ratios are what the
 machine alone does to a ratio (``--no-control`` skips it).
 
-First, the same comparison runs against the scripted server (:mod:`cli.bench.fakeserver`,
+First, the same comparison runs against the scripted server (:mod:`tests.support.fakeserver`,
 50 ms to the first token, 4 ms between tokens): its timing is known and does not depend on
 how much CPU the client leaves the server, so it separates the two tools' definitions from
 the noise of a shared machine.
@@ -52,9 +52,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from cli.bench.prompts import synthetic_prompts  # noqa: E402
-from cli.bench.runner import Target, server_tokenizer  # noqa: E402
-from cli.bench.servermetrics import Scrape, parse_prometheus, step_figures  # noqa: E402
+from loadgen.prompts import synthetic_prompts  # noqa: E402
+from loadgen.runner import Target, server_tokenizer  # noqa: E402
+from loadgen.servermetrics import Scrape, parse_prometheus, step_figures  # noqa: E402
 
 VLLM_PYTHON = os.environ.get(
     "VLLM_PYTHON", str(Path(__file__).resolve().parent.parent / ".venv-vllm" / "bin" / "python")
@@ -334,7 +334,7 @@ def main() -> int:
             # Known timing: 50 ms to the first token, 4 ms between tokens, every request.
             url = f"http://127.0.0.1:{args.scripted_port}"
             fake = subprocess.Popen(
-                [sys.executable, "-m", "cli.bench.fakeserver", "--port",
+                [sys.executable, "-m", "tests.support.fakeserver", "--port",
                  str(args.scripted_port), "--ttft", "0.05", "--itl", "0.004"],
                 cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
             try:

@@ -1,16 +1,17 @@
 #!/usr/bin/env python3
-"""Measure the GPU constants of the planner (fleet/memory.py, fleet/gpus.py) on a real GPU, and
+"""Measure the GPU constants of the planner (fleet/planner/memory.py, fleet/catalog/gpus.py) on a
+real GPU, and
 print each beside the planner's own figure.
 
 Needs PyTorch (with CUDA for the measurements). Prints, for GPU 0:
 
 - nvidia-smi's ``memory.total`` against CUDA's total (``cudaMemGetInfo``): the memory the
-  driver keeps (``fleet.gpus.DRIVER_RESERVED_GIB``);
-- the memory a fresh CUDA context takes (``fleet.memory.CUDA_CONTEXT_GIB``), and after the
-  first bf16 matrix product, the cuBLAS workspace (``fleet.memory.WORKSPACE_GIB``);
+  driver keeps (``fleet.catalog.gpus.DRIVER_RESERVED_GIB``);
+- the memory a fresh CUDA context takes (``fleet.planner.memory.CUDA_CONTEXT_GIB``), and after the
+  first bf16 matrix product, the cuBLAS workspace (``fleet.planner.memory.WORKSPACE_GIB``);
 - the peak of a sort-based top-k/top-p sampler over fp32 logits like vLLM's profiling run (the
   PyTorch path of ``vllm/v1/sample/ops/topk_topp_sampler.py``), per (sequence × vocabulary
-  entry), against the planner's V1 figure (``fleet.memory.V1_SAMPLER_BYTES``).
+  entry), against the planner's V1 figure (``fleet.planner.memory.V1_SAMPLER_BYTES``).
 
 Measured on an H200 (driver 580.159.04, torch 2.11.0+cu130): nvidia-smi 143771 MiB, CUDA total
 139.80 GiB; context 0.51 GiB; after cuBLAS 0.67 GiB; sampler 41.0 bytes per (seq × vocab).
@@ -38,8 +39,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from fleet.gpus import DRIVER_RESERVED_GIB
-from fleet.memory import CUDA_CONTEXT_GIB, V1_SAMPLER_BYTES, WORKSPACE_GIB
+from fleet.catalog.gpus import DRIVER_RESERVED_GIB
+from fleet.planner.memory import CUDA_CONTEXT_GIB, V1_SAMPLER_BYTES, WORKSPACE_GIB
 
 GiB = 2**30
 #: (sequences, vocabulary) of the sampler runs: Qwen's and DeepSeek-V3's vocabularies.

@@ -8,7 +8,7 @@ For each setting below, the CPU build of vLLM serves the tiny test model (extrac
     CPU KV cache size: 2,097,152 tokens, Maximum concurrency for 512 tokens per request: 4096.00x
 
 (a GPU build says ``GPU KV cache size``). The same settings go into a fleet file whose model
-``config`` points at the extracted folder, and :func:`fleet.plan.plan_fleet` predicts the
+``config`` points at the extracted folder, and :func:`fleet.planner.fit.plan_fleet` predicts the
 capacity. The last line printed is the ratio predicted / measured furthest from 1 over all
 settings; the goal is within 2% (exit status 1 otherwise).
 
@@ -57,7 +57,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 import planner_logs  # noqa: E402
 
 from fleet.load import load_text  # noqa: E402
-from fleet.plan import plan_fleet  # noqa: E402
+from fleet.planner.fit import plan_fleet  # noqa: E402
 
 ARCHIVE = ROOT / "testmodel" / "tiny-llama.tar.gz"
 VLLM_PYTHON = os.environ.get(

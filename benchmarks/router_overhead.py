@@ -9,9 +9,16 @@ bench --url`` with the same prompts, alternating direct and routed rounds:
 - requests/s at concurrency 32 against the server writing each stream at once (no delays):
   what the router can forward when the server is not the bottleneck. Goal: routed/direct ≥ 0.95.
 
+The router runs with the fleet's default policy, ``cache_aware``, which posts each request to
+the worker's ``/v1/*/render`` first (the prompt's token ids for its prefix tree): the fake
+server answers it as vLLM does with ``--enable-scale-out`` (every replica of an endpoint has
+it), or with vLLM's 403 without it (``--refuse-render``, how replicas answered before);
+``--policy round_robin`` makes no such call.
+
 The figures come LAST: ``ratio ttft=… requests_per_s=…``.
 
     .venv/bin/python benchmarks/router_overhead.py [--router PATH/TO/vllm-router] [--rounds 3]
+        [--policy cache_aware] [--refuse-render]
 
 Without ``--router`` (or ``$FLEET_VLLM_ROUTER``), vllm-router is installed once into
 ``~/.cache/vllm-fleet/router-venv`` with pip from the configured index. The machine has 2
@@ -88,14 +95,15 @@ def bench(url: str, concurrency: int, requests: int, out: Path) -> dict:
 
 
 def measure(server_args: list[str], router: Path, ports: tuple[int, int, int], concurrency: int,
-            requests: int, rounds: int, key: str) -> tuple[list[float], list[float]]:
+            requests: int, rounds: int, key: str,
+            policy: str = "cache_aware") -> tuple[list[float], list[float]]:
     """(direct, routed) figures of ``key`` per round, with a server started with its args."""
     server_port, router_port, metrics_port = ports
     server = start([sys.executable, "-m", "tests.support.fakeserver", "--port",
                     str(server_port), *server_args])  # fmt: skip
     direct_url = f"http://127.0.0.1:{server_port}"
     routed = start([str(router), "--host", "127.0.0.1", "--port", str(router_port),
-                    "--worker-urls", direct_url, "--policy", "round_robin",
+                    "--worker-urls", direct_url, "--policy", policy,
                     "--prometheus-port", str(metrics_port), "--log-level", "warning"])  # fmt: skip
     try:
         wait_up(f"{direct_url}/health")
@@ -122,13 +130,20 @@ def main() -> int:
     parser.add_argument("--router", default=os.environ.get("FLEET_VLLM_ROUTER"))
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--ports", default="18410,18411,18412")
+    parser.add_argument("--policy", default="cache_aware",
+                        help="the router's policy (the fleet's default: cache_aware)")
+    parser.add_argument("--refuse-render", action="store_true",
+                        help="the worker refuses render calls: 403, vLLM without the flag")
     args = parser.parse_args()
     router = router_binary(args.router)
     ports = tuple(int(p) for p in args.ports.split(","))
     assert len(ports) == 3
-    ttft_direct, ttft_routed = measure(["--ttft", "0.02"], router, ports, 1, 40, args.rounds,
-                                       "ttft")  # fmt: skip
-    rps_direct, rps_routed = measure(["--batch"], router, ports, 32, 1500, args.rounds, "rps")
+    render = ["--refuse-render"] if args.refuse_render else []
+    print(f"policy {args.policy}, render calls {'refused' if render else 'served'}", flush=True)
+    ttft_direct, ttft_routed = measure(["--ttft", "0.02", *render], router, ports, 1, 40,
+                                       args.rounds, "ttft", args.policy)  # fmt: skip
+    rps_direct, rps_routed = measure(["--batch", *render], router, ports, 32, 1500, args.rounds,
+                                     "rps", args.policy)  # fmt: skip
     ttft = statistics.median(ttft_routed) / statistics.median(ttft_direct)
     rps = statistics.median(rps_routed) / statistics.median(rps_direct)
     print(f"median TTFT direct {statistics.median(ttft_direct):.2f} ms, routed "

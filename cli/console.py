@@ -15,8 +15,8 @@ from typing import Any
 
 from rich.console import Console
 
-from fleet.inventory import inventory_hosts
-from fleet.problems import FleetError
+from cli.inventory import inventory_hosts
+from fleet.read.problems import FleetError
 
 out = Console(highlight=False, width=None if sys.stdout.isatty() else 200)
 err = Console(stderr=True, highlight=False, width=None if sys.stderr.isatty() else 200)

@@ -26,19 +26,21 @@ from cli.bench.command import add_parser as add_bench_parser
 from cli.console import connect, err, out, plural, report
 from cli.doctor.command import add_parser as add_doctor_parser
 from cli.drift.command import add_parser as add_drift_parser
+from cli.inventory import DEFAULT_FLEET, fleet_path
 from cli.models import add_parser as add_models_parser
 from cli.planplace import cmd_plan_place
-from cli.planview import placed_lines, reasons, tables
+from cli.planview import placed_lines, print_table, reasons, tables, write_lines
 from cli.status.command import add_parser as add_status_parser
-from fleet.inventory import DEFAULT_FLEET, fleet_path, plan_of
+from fleet.hostplan.monitoring import rendered_files
+from fleet.hostplan.render import host_plan
+from fleet.hostplan.types import plan_of
 from fleet.load import load_fleet
-from fleet.monitoring import rendered_files
-from fleet.plan import plan_fleet
-from fleet.problems import FleetError
-from fleet.render import host_plan
-from fleet.schema import fleet_schema
+from fleet.planner.fit import plan_fleet
+from fleet.read.problems import FleetError
+from fleet.spec.schema import fleet_schema
 from sandbox import hosts as sandbox
 from sandbox import modelserver
+from sandbox.system import SandboxError
 
 #: The testinfra suite that ``fleet verify`` runs (shipped inside this package).
 VERIFY_SUITE = Path(__file__).resolve().parent / "verify_suite"
@@ -86,12 +88,11 @@ def cmd_plan(args: argparse.Namespace) -> int:
         return 1
     plan = plan_fleet(fleet)
     if args.json:
-        out.print(json.dumps(plan.to_json(), indent=2), markup=False, soft_wrap=True)
+        write_lines(out, [json.dumps(plan.to_json(), indent=2)])
     else:
         for table in tables(plan):
-            out.print(table)
-        for line in reasons(plan) + placed_lines(fleet):
-            out.print(line, markup=False, soft_wrap=True)
+            print_table(out, table)
+        write_lines(out, reasons(plan) + placed_lines(fleet))
     bad = [s for s in plan.servers if s.fits is False] + [g for g in plan.gpus if g.fits is False]
     return 1 if bad else 0
 
@@ -114,6 +115,11 @@ def cmd_render(args: argparse.Namespace) -> int:
             out.print(server.unit_text, markup=False, soft_wrap=True)
             out.rule(f"{name}: {server.env_path} (0600)")
             out.print(server.env_text, markup=False, soft_wrap=True)
+            for tls_file in server.tls.files if server.tls else ():
+                handed = ("the probes' CA file" if tls_file.part == "ca" else
+                          f"handed to {server.unit} alone by LoadCredential=tls-{tls_file.part}")
+                out.print(f"{tls_file.path} (root, 0600; TLS {tls_file.part}, {handed}; "
+                          "content not shown)", markup=False, soft_wrap=True)
         for path, text in rendered_files(plan.monitoring):
             out.rule(f"{name}: {path}")
             out.print(text, markup=False, soft_wrap=True)
@@ -163,7 +169,7 @@ def cmd_sandbox(args: argparse.Namespace) -> int:
             result = sandbox.status(list(hosts))
             for host in result:
                 host.ports = hosts.get(host.name, host.ports)
-    except sandbox.SandboxError as error:
+    except SandboxError as error:
         err.print(f"[bold red]sandbox {args.action} failed:[/] {error}", markup=True)
         return 1
     out.print(_status_table(result))
@@ -188,7 +194,7 @@ def cmd_modelserver(args: argparse.Namespace) -> int:
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
-    """Run the testinfra suite (tests/verify) against every host of a fleet."""
+    """Run the testinfra suite (cli/verify_suite) against every host of a fleet."""
     hosts = connect(args.fleet)
     if hosts is None:
         return 1
@@ -225,10 +231,12 @@ def cmd_complete(args: argparse.Namespace) -> int:
     name, data, server = targets[0]
     body = {"model": server.served_name, "prompt": args.prompt, "max_tokens": args.max_tokens}
     payload = {
+        "url": server.url,
         "port": server.port,
         "path": "/v1/completions",
         "body": body,
         "env_file": server.env_path,
+        **server.reach.trust,
     }
     result = remote.run(data, remote.REQUEST_COMMAND, json.dumps(payload))
     answer = json.loads(result.stdout) if result.returncode == 0 else None
@@ -259,7 +267,7 @@ def _complete_endpoint(args: argparse.Namespace, hosts) -> int:
         return 1
     name, data, router = routers[0]
     body = {"model": router.served_name, "prompt": args.prompt, "max_tokens": args.max_tokens}
-    payload = {"port": router.port, "path": "/v1/completions", "body": body,
+    payload = {"url": router.url, "port": router.port, "path": "/v1/completions", "body": body,
                "env_file": router.env_path}
     result = remote.run(data, remote.REQUEST_COMMAND, json.dumps(payload))
     answer = json.loads(result.stdout) if result.returncode == 0 else None

@@ -34,10 +34,9 @@ from rich.table import Table
 
 from cli import remote
 from cli.console import connect, err, out
-from fleet.hostplan import HostPlan
-from fleet.inventory import plan_of
-from fleet.paths import MODELS_DIR, program_command, remote_program
-from fleet.plan import gib
+from fleet.catalog.paths import MODELS_DIR, program_command, remote_program
+from fleet.hostplan.types import HostPlan, plan_of
+from fleet.planner.fit import gib
 
 INSTALLER = remote_program("fetch_model")
 
@@ -73,7 +72,7 @@ def undeclared(installed: list[dict[str, Any]], plan: HostPlan) -> list[dict[str
 
     Example:
         >>> from fleet.load import load_fleet
-        >>> from fleet.render import host_plan
+        >>> from fleet.hostplan.render import host_plan
         >>> plan = host_plan(load_fleet("inventory/sandbox.yaml"), "sandbox-1",
         ...                  secrets=lambda ref: "")
         >>> undeclared([{"name": "tiny-llama"}, {"name": "old"}], plan)
@@ -177,9 +176,9 @@ def _rollback(name, data, entry, to, out, err, remote) -> int:
             return 1
         ready = remote.run(
             data,
-            shlex.join(program_command("check_ready", "--port", str(server.port), "--model",
+            shlex.join(program_command("check_ready", "--url", server.url, "--model",
                                        server.served_name, "--env-file", server.env_path,
-                                       python=python)),
+                                       *server.reach.probe_args, python=python)),
             timeout=900,
         )
         if ready.returncode != 0:

@@ -2,8 +2,9 @@
 the plan held against what a host's GPUs really have free.
 
 ``--place`` prints the ``gpus:`` each unplaced server would get, with the reason and the
-alternatives rejected (:mod:`fleet.placement`), then the memory plan of the placed fleet;
-``--write`` puts the chosen lines into the fleet file (:mod:`fleet.gpuswrite`), keeping every
+alternatives rejected (:mod:`fleet.planner.placement`), then the memory plan of the placed fleet;
+``--write`` puts the chosen lines into the fleet file (:mod:`fleet.planner.gpuswrite`), keeping
+every
 other byte. ``--from-host`` reads the GPUs over SSH with pyinfra facts (``nvidia-smi -q -x``:
 total, reserved, used and free memory, the processes holding it; ``nvidia-smi topo -m``) and
 plans against them: the CUDA total is the host's ``total − reserved``, and memory that other
@@ -29,14 +30,15 @@ from rich.table import Table
 
 from cli.console import err, out, plural, report
 from cli.factsession import fact_inventory
-from cli.planview import placed_lines, reasons, tables
+from cli.inventory import connection_data
+from cli.planview import placed_lines, print_table, reasons, tables, write_lines
 from facts.gpumemory import GpuMemory
 from facts.gpus import GpuTopology
-from fleet import gpus as gpu_table
-from fleet.gpuswrite import WriteProblem, write_gpus
-from fleet.inventory import connection_data
+from fleet.catalog import gpus as gpu_table
 from fleet.load import load_fleet, load_text
-from fleet.placement import (
+from fleet.planner.fit import plan_fleet
+from fleet.planner.gpuswrite import WriteProblem, write_gpus
+from fleet.planner.placement import (
     HEADROOM_GIB,
     GpuProcess,
     GpuRoom,
@@ -50,9 +52,8 @@ from fleet.placement import (
     rooms,
     unplaced,
 )
-from fleet.plan import plan_fleet
-from fleet.problems import FleetError
-from fleet.spec import Fleet, Variant
+from fleet.read.problems import FleetError
+from fleet.spec.models import Fleet, Variant
 
 
 def states_of(fact: dict[str, Any]) -> list[GpuState]:
@@ -147,7 +148,7 @@ def placement_lines(placement: Placement) -> list[str]:
     """The ``gpus:`` lines it would write, each with its reason and rejected alternatives.
 
     Example:
-        >>> from fleet.placement import Choice
+        >>> from fleet.planner.placement import Choice
         >>> placement_lines(Placement([Choice("h", "s", [0], "why", ["GPU 1: no"])], []))
         ['h/s: gpus: [0]', '  why', '  rejected: GPU 1: no']
     """
@@ -265,11 +266,10 @@ def cmd_plan_place(args: argparse.Namespace) -> int:
         for line in placement_lines(placement):
             out.print(line, markup=False, soft_wrap=True)
         for table in tables(plan):
-            out.print(table)
+            print_table(out, table)
         if args.place or states:
             out.print(rooms_table(placement.rooms, states))
-        for line in reasons(plan) + placed_lines(fleet):
-            out.print(line, markup=False, soft_wrap=True)
+        write_lines(out, reasons(plan) + placed_lines(fleet))
     for line in refused:
         err.print(line, markup=False, soft_wrap=True)
     over = [f"{g.host}:GPU{g.index}: {gib(g.taken - g.total)} more than it has"

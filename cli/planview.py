@@ -1,20 +1,24 @@
 """``fleet plan``'s presentation: the memory plan as rich tables and one line per verdict.
 
-The arithmetic is :mod:`fleet.plan`'s; this only shows it.
+The arithmetic is :mod:`fleet.planner.fit`'s; this only shows it.
 
 Example:
     >>> from fleet.load import load_fleet
-    >>> from fleet.plan import plan_fleet
+    >>> from fleet.planner.fit import plan_fleet
     >>> [t.title for t in tables(plan_fleet(load_fleet("inventory/sandbox.yaml")))]
     ['servers: GiB per GPU', 'GPUs: GiB']
 """
 
 from __future__ import annotations
 
-from rich.table import Table
+from collections.abc import Iterable
 
-from fleet.plan import FleetPlan, GiB
-from fleet.spec import Fleet
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from fleet.planner.fit import FleetPlan, GiB
+from fleet.spec.models import Fleet
 
 
 def _tokens(value: int | None) -> str:
@@ -26,28 +30,22 @@ def _num(value: float | None) -> str:
     return "?" if value is None else f"{value / GiB:.2f}"
 
 
-def tables(plan: FleetPlan) -> list[Table]:
-    """The plan as rich tables (servers, then GPUs), for ``fleet plan``.
+#: Rows above which a table is printed as plain aligned text: rich measures every cell before
+#: it draws a table (some 2 ms a row here), which took a 10,000-host plan 80 s; plain text
+#: takes microseconds a row (benchmarks/fleet_scale.py).
+RICH_ROWS = 500
+_COLOUR = {"fits": "green", "tight": "yellow", "does not fit": "red", "unknown": "dim"}
 
-    Example:
-        >>> from fleet.load import load_fleet
-        >>> from fleet.plan import plan_fleet
-        >>> [t.title for t in tables(plan_fleet(load_fleet("inventory/sandbox.yaml")))]
-        ['servers: GiB per GPU', 'GPUs: GiB']
-    """
-    colour = {"fits": "green", "tight": "yellow", "does not fit": "red", "unknown": "dim"}
-    servers = Table(title="servers: GiB per GPU")
-    left = ("server", "GPUs", "verdict")
-    for column in ("server", "GPUs", "budget", "weights", "overhead", "KV", "KV B/token",
-                   "KV tokens", "max len", "concurrency", "verdict"):
-        servers.add_column(column, justify="left" if column in left else "right")
+
+def _server_rows(plan: FleetPlan) -> list[list[str]]:
+    rows = []
     for s in plan.servers:
         where = ",".join(str(i) for i in s.gpus) or "cpu"
         if s.tp * s.pp > 1:
             where += f" TP{s.tp}×PP{s.pp}"
         if s.worker_hosts:
             where += f", {1 + len(s.worker_hosts)} hosts"
-        servers.add_row(
+        rows.append([
             f"{s.host}/{s.server}",
             where,
             _num(s.budget_bytes),
@@ -58,19 +56,82 @@ def tables(plan: FleetPlan) -> list[Table]:
             _tokens(s.kv_cache_tokens),
             _tokens(s.max_model_len),
             "?" if s.max_concurrency is None else f"{s.max_concurrency:.1f}",
-            f"[{colour[s.verdict]}]{s.verdict}[/]",
-        )
-    gpus = Table(title="GPUs: GiB")
-    numbers = ("memory", "Σ utilization", "left over", "needed there")
-    for column in ("GPU", "model", *numbers[:1], "servers", *numbers[1:], "verdict"):
-        gpus.add_column(column, justify="right" if column in numbers else "left")
-    for g in plan.gpus:
-        gpus.add_row(
-            f"{g.host}:{g.index}", g.model or "?", _num(g.memory_bytes), ", ".join(g.servers),
-            f"{g.utilization_sum:.2f}", _num(g.headroom_bytes), _num(g.outside_bytes),
-            f"[{colour[g.verdict]}]{g.verdict}[/]",
-        )
-    return [servers, gpus]
+            s.verdict,
+        ])
+    return rows
+
+
+def _gpu_rows(plan: FleetPlan) -> list[list[str]]:
+    return [[f"{g.host}:{g.index}", g.model or "?", _num(g.memory_bytes), ", ".join(g.servers),
+             f"{g.utilization_sum:.2f}", _num(g.headroom_bytes), _num(g.outside_bytes),
+             g.verdict] for g in plan.gpus]
+
+
+def _table(title: str, columns: list[str], right: set[str], rows: list[list[str]]) -> Table | Text:
+    """A rich table, or for more than :data:`RICH_ROWS` rows the same as aligned text."""
+    if len(rows) > RICH_ROWS:
+        widths = [max([len(c), *(len(r[i]) for r in rows)]) for i, c in enumerate(columns)]
+
+        def line(cells: list[str]) -> str:
+            return "  ".join(cell.rjust(w) if col in right else cell.ljust(w)
+                             for cell, w, col in zip(cells, widths, columns, strict=True)).rstrip()
+
+        text = "\n".join([title, line(columns), line(["-" * w for w in widths]),
+                          *(line(r) for r in rows)])
+        return Text(text, no_wrap=True, overflow="ignore")
+    table = Table(title=title)
+    for column in columns:
+        table.add_column(column, justify="right" if column in right else "left")
+    for row in rows:
+        table.add_row(*row[:-1], f"[{_COLOUR[row[-1]]}]{row[-1]}[/]")
+    return table
+
+
+def tables(plan: FleetPlan) -> list[Table | Text]:
+    """The plan as rich tables (servers, then GPUs), for ``fleet plan``; a table of more than
+    :data:`RICH_ROWS` rows as aligned text.
+
+    Example:
+        >>> from fleet.load import load_fleet
+        >>> from fleet.planner.fit import plan_fleet
+        >>> [t.title for t in tables(plan_fleet(load_fleet("inventory/sandbox.yaml")))]
+        ['servers: GiB per GPU', 'GPUs: GiB']
+    """
+    server_columns = ["server", "GPUs", "budget", "weights", "overhead", "KV", "KV B/token",
+                      "KV tokens", "max len", "concurrency", "verdict"]
+    gpu_columns = ["GPU", "model", "memory", "servers", "Σ utilization", "left over",
+                   "needed there", "verdict"]
+    return [
+        _table("servers: GiB per GPU", server_columns,
+               set(server_columns) - {"server", "GPUs", "verdict"}, _server_rows(plan)),
+        _table("GPUs: GiB", gpu_columns, {"memory", "Σ utilization", "left over",
+                                          "needed there"}, _gpu_rows(plan)),
+    ]
+
+
+def write_lines(console: Console, lines: Iterable[str]) -> None:
+    """Print plain lines as they are, in one write: rich renders each line it prints (some
+    70 µs a line: seconds for the 200,000 lines of a 10,000-host plan), and would read
+    ``:name:`` as an emoji.
+
+    Example:
+        >>> import io
+        >>> console = Console(file=io.StringIO())
+        >>> write_lines(console, ["a :smile:", "b"])
+        >>> console.file.getvalue()
+        'a :smile:\\nb\\n'
+    """
+    console.file.write("".join(f"{line}\n" for line in lines))
+    console.file.flush()
+
+
+def print_table(console: Console, table: Table | Text) -> None:
+    """Print one of :func:`tables`: a rich table through rich, aligned text in one write (rich
+    renders a long text line by line, seconds for a 10,000-host plan's 80,000 GPU rows)."""
+    if isinstance(table, Text):
+        write_lines(console, [table.plain])
+    else:
+        console.print(table)
 
 
 def reasons(plan: FleetPlan) -> list[str]:
@@ -78,7 +139,7 @@ def reasons(plan: FleetPlan) -> list[str]:
 
     Example:
         >>> from fleet.load import load_fleet
-        >>> from fleet.plan import plan_fleet
+        >>> from fleet.planner.fit import plan_fleet
         >>> reasons(plan_fleet(load_fleet("inventory/sandbox.yaml")))[0][:40]
         'sandbox-1/tiny: unknown — cannot check: '
     """

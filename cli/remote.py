@@ -20,8 +20,8 @@ import shlex
 import subprocess
 from typing import Any
 
-from fleet.paths import program_command
-from fleet.quoting import ssh_config_value
+from fleet.catalog.paths import program_command
+from fleet.hostplan.emit import SshValue, ssh_value
 
 #: The request program (hostside/request.py, uploaded by the services deploy) as a shell command:
 #: a JSON payload {port, path, body, auth, env_file} on stdin, {"status", "body"} on stdout; the
@@ -32,25 +32,46 @@ REQUEST_COMMAND = shlex.join(program_command("request"))
 def ssh_config_entry(name: str, data: dict[str, Any]) -> str:
     """One ``Host`` block of an ssh_config for a host's pyinfra connection data.
 
-    Every value goes through :func:`fleet.quoting.ssh_config_value`, which refuses what could
-    start another directive (a ``ProxyCommand`` smuggled in with a line break would run on this
-    machine).
+    Every value is an emitted :class:`fleet.hostplan.emit.SshValue`
+    (:func:`fleet.hostplan.emit.ssh_value`, which
+    refuses what could start another directive: a ``ProxyCommand`` smuggled in with a line break
+    would run on this machine); :func:`_directive` writes nothing else.
     """
-    q = ssh_config_value
+    q = ssh_value
     lines = [
-        f"Host {q(name)}",
-        f"  HostName {q(data.get('ssh_hostname', name))}",
-        f"  Port {q(data.get('ssh_port', 22))}",
-        f"  User {q(data.get('ssh_user', 'root'))}",
-        "  BatchMode yes",
+        _directive("Host", q(name), indent=""),
+        _directive("HostName", q(data.get("ssh_hostname", name))),
+        _directive("Port", q(data.get("ssh_port", 22))),
+        _directive("User", q(data.get("ssh_user", "root"))),
+        _directive("BatchMode", q("yes")),
     ]
     if data.get("ssh_key"):
-        lines += [f"  IdentityFile {q(data['ssh_key'])}", "  IdentitiesOnly yes"]
+        lines += [_directive("IdentityFile", q(data["ssh_key"])),
+                  _directive("IdentitiesOnly", q("yes"))]
     if data.get("ssh_known_hosts_file"):
-        lines.append(f"  UserKnownHostsFile {q(data['ssh_known_hosts_file'])}")
+        lines.append(_directive("UserKnownHostsFile", q(data["ssh_known_hosts_file"])))
     strict = data.get("ssh_strict_host_key_checking", "yes")
-    lines.append(f"  StrictHostKeyChecking {q(strict)}")
+    lines.append(_directive("StrictHostKeyChecking", q(strict)))
     return "\n".join(lines) + "\n"
+
+
+def _directive(keyword: str, value: SshValue, indent: str = "  ") -> str:
+    """One ssh_config line: a fixed keyword and an emitted value (a raw one is refused).
+
+    Example:
+        >>> _directive("Port", ssh_value(22))
+        '  Port 22'
+        >>> _directive("Port", "22")
+        Traceback (most recent call last):
+        ...
+        TypeError: an ssh_config value must be made by fleet.hostplan.emit.ssh_value, not a raw str
+    """
+    if not isinstance(value, SshValue):
+        raise TypeError(
+            f"an ssh_config value must be made by fleet.hostplan.emit.ssh_value, not a raw "
+            f"{type(value).__name__}"
+        )
+    return f"{indent}{keyword} {value.text}"
 
 
 def ssh_options(data: dict[str, Any]) -> list[str]:

@@ -23,7 +23,7 @@ from pyinfra.operations.util import any_changed
 
 from deploys.plan import current_plan, upload_programs
 from facts.vllm import PythonVersion
-from fleet.paths import ENV_DIR, ROUTER_VENV_DIR
+from fleet.catalog.paths import ENV_DIR, ROUTER_VENV_DIR
 from operations.endpoints import undeclared_routers_removed
 from operations.python import venv_ready
 from operations.services import server_answers, server_restarted
@@ -133,7 +133,7 @@ def routers() -> None:
         )
         server_answers(
             name=f"Check that endpoint {router.endpoint} answers a completion through its router",
-            port=router.port,
+            url=router.url,
             served_name=router.served_name,
             env_file=router.env_path,
             script=checker,

@@ -24,7 +24,7 @@ from pyinfra.api.operation import OperationMeta
 from pyinfra.operations import apt, files
 
 from deploys.plan import current_plan, upload_program
-from fleet.modelplan import model_check
+from fleet.hostplan.modelplan import model_check
 from operations.models import model_installed
 
 

@@ -23,7 +23,7 @@ from pyinfra.operations import apt, files, server, systemd
 from pyinfra.operations.util import any_changed
 
 from deploys.plan import current_plan, upload_program
-from fleet.hostplan import GpuMetricsUnit, PrometheusPlan, ServiceDropin
+from fleet.hostplan.types import GpuMetricsUnit, PrometheusPlan, ServiceDropin
 from operations.monitoring import monitoring_retired, prometheus_config_installed
 from operations.nvidia import packages_held
 

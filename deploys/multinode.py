@@ -32,9 +32,9 @@ from pyinfra.api.operation import OperationMeta
 from pyinfra.operations import files, systemd
 from pyinfra.operations.util import any_changed
 
-from deploys.plan import current_plan
-from fleet.hostplan import ServerUnit
-from fleet.paths import previous_paths
+from deploys.plan import current_plan, slot
+from deploys.tls import tls_restore, tls_saved, tls_written
+from fleet.hostplan.types import ServerUnit
 from operations.multinode import (
     group_refused,
     member_restarted,
@@ -107,96 +107,105 @@ def group_members(
 
     + entries: this host's group members (``ServerUnit`` with a ``group``)
     + uploaded: the host programs (:func:`deploys.plan.upload_programs`)
-    + changed: by server name, the operations whose change restarts it (venv, model, limits)
+    + changed: by server name, the operations whose change restarts it (venv, model, limits);
+      the programs' uploads that restart it come from its plan (``restarts_on``)
     """
     plan = current_plan()
     python = plan.python_bin
     validator = uploaded["validate_args"][0]
     waiter = uploaded["group_wait"][0]
     checker = uploaded["check_ready"][0]
-    program_ops = [op for name in ("vllm_serve", "wait_joined", "wait_healthy", "ray_node")
-                   if name in uploaded for op in uploaded[name][1]]
     changes: dict[str, list[OperationMeta]] = {}
     restart: dict[str, OperationMeta] = {}
     started: dict[str, OperationMeta] = {}
     for entry in entries:
-        server_args_valid(
-            name=f"Check the flags of {entry.unit} ({_member(entry)}) with the installed vLLM",
-            unit=entry.unit, unit_path=entry.unit_path, unit_text=entry.unit_text,
-            python=python, script=validator,
-        )
-        saved_unit, saved_env = previous_paths(entry.name)
-        previous_saved(name=f"Keep the current environment of {entry.unit}",
-                       path=entry.env_path, text=entry.env_text or "", backup=saved_env)
-        previous_saved(name=f"Keep the current {entry.unit}", path=entry.unit_path,
-                       text=entry.unit_text, backup=saved_unit)
-        env_op = files.put(
-            name=f"Write the environment of {entry.unit}",
-            src=StringIO(entry.env_text or ""), dest=entry.env_path,
-            user="root", group="root", mode="600",
-        )
-        unit_op = files.put(
-            name=f"Write {entry.unit} ({_member(entry)})",
-            src=StringIO(entry.unit_text), dest=entry.unit_path,
-            user="root", group="root", mode="644",
-        )
-        systemd.daemon_reload(name=f"Reload systemd for {entry.unit}", _if=unit_op.did_change)
-        changes[entry.name] = [env_op, unit_op, *program_ops, *changed.get(entry.name, [])]
-        changes[entry.name] += _ray_head_written(entry, uploaded)
+        with slot(entry.slot):
+            server_args_valid(
+                name=f"Check the flags of {entry.unit} ({_member(entry)}) with the installed vLLM",
+                unit=entry.unit, unit_path=entry.unit_path, unit_text=entry.unit_text,
+                python=python, script=validator,
+            )
+            saved_unit, saved_env = entry.previous
+            previous_saved(name=f"Keep the current environment of {entry.unit}",
+                           path=entry.env_path, text=entry.env_text or "", backup=saved_env)
+            previous_saved(name=f"Keep the current {entry.unit}", path=entry.unit_path,
+                           text=entry.unit_text, backup=saved_unit)
+            tls_saved(entry)
+            env_op = files.put(
+                name=f"Write the environment of {entry.unit}",
+                src=StringIO(entry.env_text or ""), dest=entry.env_path,
+                user="root", group="root", mode="600",
+            )
+            unit_op = files.put(
+                name=f"Write {entry.unit} ({_member(entry)})",
+                src=StringIO(entry.unit_text), dest=entry.unit_path,
+                user="root", group="root", mode="644",
+            )
+            tls_ops = tls_written(entry)
+            systemd.daemon_reload(name=f"Reload systemd for {entry.unit}", _if=unit_op.did_change)
+            programs = [op for name in entry.restarts_on for op in uploaded[name][1]]
+            changes[entry.name] = [env_op, unit_op, *tls_ops, *dict.fromkeys(programs),
+                                   *changed.get(entry.name, []), *_ray_head_written(entry)]
     for entry in entries:
-        if entry.role == "worker":
-            restart[entry.name] = member_restarted(
-                name=f"Restart {entry.unit} ({_member(entry)}) without waiting",
-                unit=entry.unit, _if=any_changed(*changes[entry.name]))
+        with slot(entry.slot):
+            if entry.role == "worker":
+                restart[entry.name] = member_restarted(
+                    name=f"Restart {entry.unit} ({_member(entry)}) without waiting",
+                    unit=entry.unit, _if=any_changed(*changes[entry.name]))
     for entry in entries:
-        if entry.role == "head":
-            if entry.ray_head is not None:  # its restart restarts the head's vLLM (Requires=)
-                member_restarted(
-                    name=f"Restart {entry.ray_head.unit} (the Ray head) without waiting",
-                    unit=entry.ray_head.unit, _if=any_changed(*changes[entry.name]))
-            restart[entry.name] = member_restarted(
-                name=f"Restart {entry.unit} ({_member(entry)}) without waiting",
-                unit=entry.unit, _if=any_changed(*changes[entry.name]))
+        with slot(entry.slot):
+            if entry.role == "head":
+                if entry.ray_head is not None:  # its restart restarts the head's vLLM (Requires=)
+                    member_restarted(
+                        name=f"Restart {entry.ray_head.unit} (the Ray head) without waiting",
+                        unit=entry.ray_head.unit, _if=any_changed(*changes[entry.name]))
+                restart[entry.name] = member_restarted(
+                    name=f"Restart {entry.unit} ({_member(entry)}) without waiting",
+                    unit=entry.unit, _if=any_changed(*changes[entry.name]))
     for entry in entries:
-        group = entry.group
-        assert group is not None
-        # `systemctl start` waits for the member's start (a worker's join): a failure there is
-        # the group's, restored below, not the end of this host's deploy
-        if entry.ray_head is not None:
-            systemd.service(name=f"Enable {entry.ray_head.unit} (the Ray head)",
-                            service=entry.ray_head.unit, enabled=True)
-        started[entry.name] = systemd.service(
-            name=f"Enable and start {entry.unit}", service=entry.unit, running=True,
-            enabled=True, _ignore_errors=True,
-        )
-        WAITS.setdefault((group.head, group.server), []).append(started[entry.name])
+        with slot(entry.slot):
+            group = entry.group
+            assert group is not None
+            # `systemctl start` waits for the member's start (a worker's join): a failure there is
+            # the group's, restored below, not the end of this host's deploy
+            if entry.ray_head is not None:
+                systemd.service(name=f"Enable {entry.ray_head.unit} (the Ray head)",
+                                service=entry.ray_head.unit, enabled=True)
+            started[entry.name] = systemd.service(
+                name=f"Enable and start {entry.unit}", service=entry.unit, running=True,
+                enabled=True, _ignore_errors=True,
+            )
+            WAITS.setdefault((group.head, group.server), []).append(started[entry.name])
     for entry in entries:
-        group = entry.group
-        assert group is not None
-        if entry.role == "worker":
-            WAITS.setdefault((group.head, group.server), []).append(member_up(
-                name=f"Wait until {_member(entry)} has joined", unit=entry.unit,
-                member=_member(entry), group=group.server, timeout=group.join_timeout,
-                script=waiter, _if=any_changed(restart[entry.name], started[entry.name]),
-                _ignore_errors=True))
+        with slot(entry.slot):
+            group = entry.group
+            assert group is not None
+            if entry.role == "worker":
+                WAITS.setdefault((group.head, group.server), []).append(member_up(
+                    name=f"Wait until {_member(entry)} has joined", unit=entry.unit,
+                    member=_member(entry), group=group.server, timeout=group.join_timeout,
+                    script=waiter, _if=any_changed(restart[entry.name], started[entry.name]),
+                    _ignore_errors=True))
     for entry in entries:
-        group = entry.group
-        assert group is not None
-        if entry.role == "head":
-            key = (group.head, group.server)
-            # a worker that did not join fails the group: the head is not waited for then
-            head_changed = [any_changed(restart[entry.name], started[entry.name]),
-                            group_served(key)]
-            waits = WAITS.setdefault(key, [])
-            waits.append(member_up(
-                name=f"Wait until the head of {group.server} serves, every member joined",
-                unit=entry.unit, member=_member(entry), group=group.server,
-                timeout=group.join_timeout + HEAD_EXTRA, script=waiter, _if=head_changed,
-                _ignore_errors=True))
-            waits.append(server_answers(
-                name=f"Check that {group.server} answers a completion (the whole group)",
-                port=entry.port, served_name=entry.served_name, env_file=entry.env_path,
-                script=checker, python=python, _if=head_changed, _ignore_errors=True))
+        with slot(entry.slot):
+            group = entry.group
+            assert group is not None
+            if entry.role == "head":
+                key = (group.head, group.server)
+                # a worker that did not join fails the group: the head is not waited for then
+                head_changed = [any_changed(restart[entry.name], started[entry.name]),
+                                group_served(key)]
+                waits = WAITS.setdefault(key, [])
+                waits.append(member_up(
+                    name=f"Wait until the head of {group.server} serves, every member joined",
+                    unit=entry.unit, member=_member(entry), group=group.server,
+                    timeout=group.join_timeout + HEAD_EXTRA, script=waiter, _if=head_changed,
+                    _ignore_errors=True))
+                waits.append(server_answers(
+                    name=f"Check that {group.server} answers a completion (the whole group)",
+                    url=entry.url, served_name=entry.served_name, env_file=entry.env_path,
+                    script=checker, python=python, tls=entry.reach.probe_args, _if=head_changed,
+                    _ignore_errors=True))
     _restore_or_forget(entries, restart, started)
 
 
@@ -210,59 +219,58 @@ def _restore_or_forget(
     # two call sites, not one loop: pyinfra orders operations by where they are called, so
     # the workers' restore runs on every host before the head's
     for entry in entries:
-        if entry.role == "worker":
-            _restored(entry)
+        with slot(entry.slot):
+            if entry.role == "worker":
+                _restored(entry)
     for entry in entries:
-        if entry.role == "head" and entry.ray_head is not None:
-            member_restored(
-                name=f"Put the previous {entry.ray_head.unit} back: the group did not come up",
-                unit=entry.ray_head.unit,
-                restore={entry.ray_head.unit_path: previous_paths(_ray_name(entry))[0]},
-                _if=group_failed((entry.group.head, entry.group.server)))
+        with slot(entry.slot):
+            if entry.role == "head" and entry.ray_head is not None:
+                member_restored(
+                    name=f"Put the previous {entry.ray_head.unit} back: the group did not come up",
+                    unit=entry.ray_head.unit,
+                    restore={entry.ray_head.unit_path: entry.ray_head.previous},
+                    _if=group_failed((entry.group.head, entry.group.server)))
     for entry in entries:
-        if entry.role == "head":
-            _restored(entry)
+        with slot(entry.slot):
+            if entry.role == "head":
+                _restored(entry)
     for entry in entries:
-        group = entry.group
-        assert group is not None
-        key = (group.head, group.server)
-        group_refused(name=f"Fail the deploy of group {group.server} ({_member(entry)})",
-                      group=group.server, member=_member(entry), _if=group_failed(key))
-        previous_forgotten(
-            name=f"Forget the previous configuration of {entry.unit} (the group serves)",
-            saved=[*previous_paths(entry.name),
-                   *([previous_paths(_ray_name(entry))[0]] if entry.ray_head else [])],
-            _if=[any_changed(restart[entry.name], started[entry.name]), group_served(key)])
+        with slot(entry.slot):
+            group = entry.group
+            assert group is not None
+            key = (group.head, group.server)
+            group_refused(name=f"Fail the deploy of group {group.server} ({_member(entry)})",
+                          group=group.server, member=_member(entry), _if=group_failed(key))
+            previous_forgotten(
+                name=f"Forget the previous configuration of {entry.unit} (the group serves)",
+                saved=[*entry.previous, *([entry.ray_head.previous] if entry.ray_head else []),
+                       *tls_restore(entry).values()],
+                _if=[any_changed(restart[entry.name], started[entry.name]), group_served(key)])
 
 
 def _restored(entry: ServerUnit) -> None:
     group = entry.group
     assert group is not None
-    saved_unit, saved_env = previous_paths(entry.name)
+    saved_unit, saved_env = entry.previous
     member_restored(
         name=f"Put the previous {entry.unit} back ({_member(entry)}): the group did not come up",
-        unit=entry.unit, restore={entry.unit_path: saved_unit, entry.env_path: saved_env},
+        unit=entry.unit, restore={entry.unit_path: saved_unit, entry.env_path: saved_env,
+                                  **tls_restore(entry)},
         _if=group_failed((group.head, group.server)))
 
 
-def _ray_name(entry: ServerUnit) -> str:
-    """The name whose previous-copy paths the Ray head unit's saved copy uses."""
-    return f"{entry.name}-ray"
-
-
-def _ray_head_written(
-    entry: ServerUnit, uploaded: dict[str, tuple[str, list[OperationMeta]]]
-) -> list[OperationMeta]:
-    """Keep and write the Ray head unit of a head over Ray; the operations whose change
-    restarts the group (none for any other member)."""
+def _ray_head_written(entry: ServerUnit) -> list[OperationMeta]:
+    """Keep and write the Ray head unit of a head over Ray; the operation whose change
+    restarts the group (none for any other member; the programs it runs are in the plan's
+    ``restarts_on``)."""
     ray = entry.ray_head
     if ray is None:
         return []
     previous_saved(name=f"Keep the current {ray.unit}", path=ray.unit_path,
-                   text=ray.unit_text, backup=previous_paths(_ray_name(entry))[0])
+                   text=ray.unit_text, backup=ray.previous)
     unit_op = files.put(
         name=f"Write {ray.unit} (the Ray head of {entry.name})",
         src=StringIO(ray.unit_text), dest=ray.unit_path, user="root", group="root", mode="644",
     )
     systemd.daemon_reload(name=f"Reload systemd for {ray.unit}", _if=unit_op.did_change)
-    return [unit_op, *[op for name in ("ray_node", "ray_joined") for op in uploaded[name][1]]]
+    return [unit_op]

@@ -3,7 +3,7 @@
 Only hosts that declare ``os.nvidia`` get it. Before anything is installed the deploy refuses
 (DeployError) a distribution it does not know, a vLLM build the declared driver cannot run, and
 a host whose PCI bus (lspci, not nvidia-smi) does not show the GPUs the fleet file declares.
-Package names depend on the distribution: :func:`fleet.stack.driver_packages` (one small
+Package names depend on the distribution: :func:`fleet.hostplan.stack.driver_packages` (one small
 helper per distribution, shared with ``fleet drift``) — Ubuntu's ``nvidia-driver-<branch>``,
 Debian 12's ``nvidia-driver`` with its parts, ``nvidia-fabricmanager-<branch>`` on both.
 
@@ -29,8 +29,7 @@ from deploys.plan import current_plan, upload_program
 from facts.gpus import PciGpus
 from facts.host import Container
 from facts.nvidia import NvidiaDriverLoaded
-from fleet.hostplan import NvidiaStack, StackPlan
-from fleet.stack import (
+from fleet.hostplan.stack import (
     DriverLayout,
     driver_layout,
     driver_matches,
@@ -38,6 +37,7 @@ from fleet.stack import (
     repo_url,
     source_text,
 )
+from fleet.hostplan.types import NvidiaStack, StackPlan
 from operations.nvidia import (
     apt_key_installed,
     driver_installed,

@@ -5,21 +5,23 @@ contacted.
 
 Example:
     from deploys.plan import current_plan
-    plan = current_plan()   # a fleet.hostplan.HostPlan
+    plan = current_plan()   # a fleet.hostplan.types.HostPlan
     plan.venv               # '/opt/vllm-fleet/venv'
 """
 
 from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 from pyinfra import host
 from pyinfra.api.exceptions import DeployError
 from pyinfra.api.operation import OperationMeta
 from pyinfra.operations import files
 
-from fleet.hostplan import HostPlan
-from fleet.inventory import PLAN_KEY
-from fleet.paths import HOSTSIDE_DIR, remote_program
-from hostside import PACKAGE_DIR, program_files
+from fleet.catalog.paths import REMOTE_DIR, remote_program
+from fleet.hostplan.types import PLAN_KEY, HostPlan
+from hostside import ROOT_DIR, program_files
 
 
 def current_plan() -> HostPlan:
@@ -33,6 +35,25 @@ def current_plan() -> HostPlan:
     return plan
 
 
+@contextmanager
+def slot(position: int) -> Iterator[None]:
+    """Operations called inside are the ones at ``position`` of the deploy's order on every
+    host (a server's :attr:`~fleet.hostplan.types.ServerUnit.slot`): the same call for two servers
+    of one slot on two hosts is one pyinfra operation, for two slots two, whatever place
+    each server has in its host's list (pyinfra's own ``host.loop`` counts places).
+
+    Example (inside a deploy):
+        for entry in current_plan().servers:
+            with slot(entry.slot):
+                files.put(name=f"Write {entry.unit}", ...)
+    """
+    host.loop_position.append(position)
+    try:
+        yield
+    finally:
+        host.loop_position.pop()
+
+
 def upload_programs(programs: dict[str, str]) -> dict[str, tuple[str, list[OperationMeta]]]:
     """Upload host-side programs with the package modules they import, each file once and only
     when its content differs (:func:`files.put`); return each program's path and the operations
@@ -44,7 +65,7 @@ def upload_programs(programs: dict[str, str]) -> dict[str, tuple[str, list[Opera
         uploaded = upload_programs({"check_ready": "the readiness check"})
         path, ops = uploaded["check_ready"]
         # path == '/usr/local/lib/vllm-fleet/hostside/check_ready.py'
-        # ops: check_ready.py, envfile.py and the package's __init__.py
+        # ops: hostside/check_ready.py, hostside/envfile.py and hostside/__init__.py
     """
     done: dict[str, OperationMeta] = {}
     uploaded = {}
@@ -53,11 +74,11 @@ def upload_programs(programs: dict[str, str]) -> dict[str, tuple[str, list[Opera
         for relative in needed:
             if relative in done:
                 continue
-            main = relative == f"{program}.py"
+            main = relative == f"hostside/{program}.py"
             done[relative] = files.put(
-                name=f"Upload {what}" if main else f"Upload hostside/{relative} (for {what})",
-                src=str(PACKAGE_DIR / relative),
-                dest=f"{HOSTSIDE_DIR}/{relative}",
+                name=f"Upload {what}" if main else f"Upload {relative} (for {what})",
+                src=str(ROOT_DIR / relative),
+                dest=f"{REMOTE_DIR}/{relative}",
                 user="root",
                 group="root",
                 mode="755" if main else "644",

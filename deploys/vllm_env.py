@@ -19,8 +19,8 @@ from pyinfra.operations import apt
 
 from deploys.plan import current_plan
 from facts.vllm import PythonVersion
-from fleet.hostplan import HostPlan
-from fleet.paths import PYTHON_DIR, UV_DIR
+from fleet.catalog.paths import PYTHON_DIR, UV_DIR
+from fleet.hostplan.types import HostPlan
 from operations.python import managed_python, venv_ready
 from operations.ray import ray_installed
 from operations.vllm import vllm_installed
@@ -80,7 +80,7 @@ def vllm_env() -> OperationMeta:
         wheel=plan.vllm_wheel,
         extra_index_url=plan.pip_extra_index,
     )
-    if plan.ray_package:  # a member of a server across hosts over Ray (fleet/ray.py)
+    if plan.ray_package:  # a member of a server across hosts over Ray (fleet/catalog/ray.py)
         ray_installed(
             name=f"Install {plan.ray_package} (the group's Ray launcher)",
             venv=plan.venv,

@@ -244,9 +244,16 @@ class HttpStatus(FactBase):
     def default() -> dict[str, Any]:
         return {"status": None, "error": "curl is not installed"}
 
-    def command(self, url: str, seconds: int = 5) -> StringCommand:
+    def command(self, url: str, seconds: int = 5, cafile: str = "",
+                connect_to: str = "") -> StringCommand:
+        """``cafile``: https trusting that file alone; ``connect_to``: curl's
+        ``NAME:PORT:ADDRESS:PORT``, the URL's name (which the certificate must cover) reached
+        at the address the server listens on."""
+        tls = ["--cacert", QuoteString(cafile)] if cafile else []
+        if connect_to:
+            tls += ["--connect-to", QuoteString(connect_to)]
         return StringCommand(
-            "curl", "-s", "-o", "/dev/null", "-w", QuoteString("%{http_code}"),
+            "curl", "-s", "-o", "/dev/null", "-w", QuoteString("%{http_code}"), *tls,
             "--max-time", str(seconds), QuoteString(url), ";", "echo", '" rc=$?"',
         )  # fmt: skip
 
@@ -256,7 +263,9 @@ class HttpStatus(FactBase):
         rc = re.search(r"rc=(\d+)", text)
         if code and code.group(1) != "000":
             return {"status": int(code.group(1)), "error": None}
-        reasons = {"7": "connection refused", "28": "timed out", "52": "empty reply"}
+        reasons = {"7": "connection refused", "28": "timed out", "52": "empty reply",
+                   "35": "TLS handshake failed", "60": "certificate not trusted (or not for "
+                   "the name clients use)"}
         number = rc.group(1) if rc else "?"
         return {"status": None, "error": reasons.get(number, f"curl exit {number}")}
 

@@ -1,4 +1,4 @@
-r"""Load a fleet file: YAML → merged hosts → validated :class:`fleet.spec.Fleet`.
+r"""Load a fleet file: YAML → merged hosts → validated :class:`fleet.spec.models.Fleet`.
 
 Every problem comes back as a :class:`Problem` that names the file, line, column, the field's
 dotted path and what to do; nothing raises a traceback at the user.
@@ -23,19 +23,34 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from fleet.checks import NO_GPUS, check_capacity, check_fleet, check_warnings
-from fleet.problems import Finding, FleetError, Loc, Problem
-from fleet.replicaset import expand as expand_replicas
-from fleet.sizing import resolve_model_files
-from fleet.source import TextProblem, blank_strange, decode_text, read_bounded, strange_character
-from fleet.spec import UNION_TAGS, Fleet
-from fleet.wording import explain
-from fleet.yamlread import Positions, YamlProblem, fields_by_line, read_yaml
+from fleet.checks.crossfield import NO_GPUS, check_capacity, check_fleet, check_warnings
+from fleet.checks.localfiles import local_file_problems, local_file_warnings
+from fleet.hostplan.secrets import secret_file_findings
+from fleet.hostplan.tls import tls_findings
+from fleet.planner.replicaset import expand as expand_replicas
+from fleet.planner.sizing import resolve_model_files
+from fleet.read.bulk import without_gc
+from fleet.read.problems import Finding, FleetError, Loc, Problem
+from fleet.read.source import (
+    MAX_FLEET_BYTES,
+    TextProblem,
+    blank_strange,
+    decode_text,
+    read_bounded,
+    strange_character,
+)
+from fleet.read.yamlread import Positions, YamlProblem, fields_by_line, read_yaml
+from fleet.spec.hostranges import expand_hosts, fold, is_inventory_block, range_keys
+from fleet.spec.models import UNION_TAGS, Fleet
+from fleet.spec.wording import explain
 
-#: The largest fleet file read, in bytes (a thousand hosts of ten lines each take 170 KiB).
-MAX_FILE_BYTES = 256 << 10
+#: The largest fleet file read, in bytes: from the time reading it may take
+#: (:data:`fleet.read.source.MAX_FLEET_BYTES`, 8 MiB: some 20,000 hosts).
+MAX_FILE_BYTES = MAX_FLEET_BYTES
 #: The same limit in characters, for text given directly.
 MAX_FILE_CHARS = MAX_FILE_BYTES
+TOO_LARGE_HINT = ("the limit holds some 20,000 hosts; split a larger fleet into files of one "
+                  "site or rack each")
 
 
 def _merge(base: Any, over: Any, base_path: Loc, over_path: Loc, origin: dict[Loc, Loc]) -> Any:
@@ -91,7 +106,7 @@ def parse_yaml(text: str, file: str) -> tuple[Any, Positions]:
     """
     if len(text) > MAX_FILE_CHARS:
         message = f"the file is larger than {MAX_FILE_CHARS // 1024} KiB"
-        hint = "a fleet file is a few hundred lines; split a larger one"
+        hint = TOO_LARGE_HINT
         raise FleetError([Problem(file, 1, None, (), message, hint)])
     strange = strange_character(text)
     if strange is not None:
@@ -122,7 +137,10 @@ def merge_defaults(raw: dict[str, Any]) -> tuple[dict[str, Any], dict[Loc, Loc]]
     merged["hosts"] = {}
     for name, host in hosts.items():
         if isinstance(host, dict):
-            merged["hosts"][name] = _merge(defaults, host, ("defaults",), ("hosts", name), origin)
+            # Each host's origins apart: dropping one key's looks at that host's only.
+            own: dict[Loc, Loc] = {}
+            merged["hosts"][name] = _merge(defaults, host, ("defaults",), ("hosts", name), own)
+            origin.update(own)
         else:
             merged["hosts"][name] = host
     return merged, origin
@@ -135,21 +153,36 @@ def load_text(
     """Validate fleet YAML text; raise :class:`FleetError` with every located problem.
 
     Model config paths are read relative to ``file``'s folder. With ``capacity``, a server
-    that :mod:`fleet.plan` finds does not fit is an error too (``fleet plan`` turns it off to
+    that :mod:`fleet.planner.fit` finds does not fit is an error too (``fleet plan`` turns it off to
     show the numbers of such a fleet). Warnings do not raise: they are appended to
     ``warnings`` when a list is given (slow GPU links, …). With ``unplaced``, GPU servers
-    without ``gpus`` are accepted: :mod:`fleet.placement` chooses them.
+    without ``gpus`` are accepted: :mod:`fleet.planner.placement` chooses them. It runs without the
+    cyclic collector (:mod:`fleet.read.bulk`).
 
     Example:
         >>> load_text("version: 1\\nhosts: {}\\n").hosts
         {}
     """
+    with without_gc():
+        return _load_text(text, file, capacity, warnings, unplaced)
+
+
+def _load_text(
+    text: str, file: str, capacity: bool, warnings: list[Problem] | None, unplaced: bool
+) -> Fleet:
+    """:func:`load_text`'s work."""
     raw, positions = parse_yaml(text, file)
     if not isinstance(raw, dict):
         line, column = positions.keys.get((), (1, 1))
         message = "a fleet file is a mapping with version, hosts"
         raise FleetError([Problem(file, line, column, (), message)])
     _env_as_written(raw, positions)
+    made_by = _expand_ranges(raw, positions, file)
+
+    def unique(problems: list[Problem]) -> list[Problem]:
+        """Each problem once; one for a range block's fault, not one per host."""
+        return _unique_of(fold(problems, made_by))
+
     merged, origin = merge_defaults(raw)
     try:
         fleet = Fleet.model_validate(merged)
@@ -172,7 +205,7 @@ def load_text(
             wanted = dict.fromkeys(m.message.removeprefix("Input should be ") for m in members)
             message = "Input should be " + ", or ".join(wanted)
             problems.append(dataclasses.replace(members[0], message=message))
-        raise FleetError(_unique(problems)) from None
+        raise FleetError(unique(problems)) from None
 
     def located(findings: typing.Iterable[Finding], severity: str = "error") -> list[Problem]:
         out = []
@@ -184,19 +217,25 @@ def load_text(
 
     replicas = expand_replicas(fleet)
     if replicas.findings:
-        raise FleetError(_unique(located(replicas.findings)))
+        raise FleetError(unique(located(replicas.findings)))
     fleet = replicas.fleet
     origin.update(replicas.origin)
     problems = located(resolve_model_files(fleet, Path(file).parent))
+    secret_errors, secret_warnings = secret_file_findings(fleet, Path(file))
+    problems += located(secret_errors)
+    tls_errors, tls_warnings = tls_findings(fleet)
+    problems += located(tls_errors)
+    problems += located(local_file_problems(fleet))
     problems += located(
         finding for finding in check_fleet(fleet) if not (unplaced and finding[1] == NO_GPUS)
     )
     if capacity and not problems:
         problems += located(check_capacity(fleet))
     if problems:
-        raise FleetError(_unique(problems))
+        raise FleetError(unique(problems))
     if warnings is not None:
-        warnings.extend(_unique(located(check_warnings(fleet), "warning")))
+        warnings.extend(unique(located([*secret_warnings, *tls_warnings, *check_warnings(fleet),
+                                         *local_file_warnings(fleet)], "warning")))
     return fleet
 
 
@@ -236,7 +275,33 @@ def _data_loc(loc: Loc, data: Any) -> Loc:
     return loc
 
 
-def _unique(problems: list[Problem]) -> list[Problem]:
+def _expand_ranges(raw: dict[str, Any], positions: Positions, file: str) -> dict[str, str]:
+    """Make ``hosts:``'s range keys, and its blocks naming a group of an Ansible inventory,
+    into hosts (:mod:`fleet.spec.hostranges`), in ``raw``;
+    each made host is located where its block is written. Return each made host's range key;
+    raise FleetError, located at the key or its address, for a range that cannot be made."""
+    hosts = raw.get("hosts")
+    if not isinstance(hosts, dict) or (next(range_keys(hosts), None) is None and not any(
+            is_inventory_block(block) for block in hosts.values())):
+        return {}
+    lines = {key: positions.keys[("hosts", key)][0] for key in hosts
+             if ("hosts", key) in positions.keys}
+    expanded = expand_hosts(hosts, lines, Path(file).parent)
+    if expanded.findings or expanded.elsewhere:
+        problems = list(expanded.elsewhere)
+        for path, message, hint in expanded.findings:
+            line, column = positions.find(path, value=len(path) > 2)
+            problems.append(Problem(file, line, column, path, message, hint))
+        raise FleetError(_unique_of(problems))
+    copies: dict[Loc, list[Loc]] = {}
+    for name, key in expanded.made_by.items():
+        copies.setdefault(("hosts", key), []).append(("hosts", name))
+    positions.copy_under(copies)
+    raw["hosts"] = expanded.hosts
+    return expanded.made_by
+
+
+def _unique_of(problems: list[Problem]) -> list[Problem]:
     """Drop repeats (a broken default is reported once, not once per host)."""
     seen: set[tuple[Any, ...]] = set()
     out = []
@@ -271,7 +336,7 @@ def load_fleet(
         raise FleetError([problem]) from None
     except TextProblem:  # more than MAX_FILE_BYTES
         message = f"the file is larger than {MAX_FILE_BYTES // 1024} KiB"
-        hint = "a fleet file is a few hundred lines; split a larger one"
+        hint = TOO_LARGE_HINT
         raise FleetError([Problem(str(path), 1, None, (), message, hint)]) from None
     try:
         text = decode_text(data)

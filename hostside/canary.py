@@ -7,10 +7,11 @@ still on the old configuration, one request at a time, alternating between the t
 slow moment of the host hits both), after one warm-up request each; then it compares their
 medians (:func:`verdict`). Standard library only.
 
-The figures mean what ``fleet bench`` means by them (``cli/bench/client.py``): **TTFT** is the
-time from sending the request to the first streamed chunk that carries a token; **TPOT** is
+The figures are ``fleet bench``'s, by the same code: :mod:`loadgen.timing` times each stream
+(**TTFT**: sending the request → the first streamed chunk that carries a token; **TPOT**:
 (time of the last token − TTFT) / (output tokens − 1), the tokens counted from the server's
-usage report.
+usage report), :mod:`loadgen.prompts` makes the seeded prompts and :mod:`loadgen.stats` takes
+the medians; the deploy uploads those modules with this one (:func:`hostside.program_files`).
 
 Prints one line per replica (``canary: HH:MM:SS.mmm LABEL (new|old configuration): TTFT P50 …
 ms, TPOT P50 … ms``) and the decision last. Exit status: 0 passed (or skipped: no replica on
@@ -27,8 +28,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import random
-import statistics
 import sys
 import time
 import urllib.error
@@ -41,17 +40,12 @@ if not __package__:  # run as a file: siblings import as the hostside package (s
 
 from hostside import envfile
 from hostside.router_workers import stamp
+from loadgen.prompts import synthetic_prompts
+from loadgen.stats import percentile
+from loadgen.timing import Prompt, RequestResult, StreamTimer, endpoint, request_body
 
 #: Seconds one canary request may take.
 REQUEST_TIMEOUT = 120
-_WORD_TEXT = (
-    "the of and to in is was for on that with as by at from city year world people state water "
-    "house river music light field story night market school garden number paper window family "
-    "history summer winter station mountain island letter bridge village forest season engine "
-    "signal pattern harbor valley travel morning small large early later great local short long"
-)
-#: Plain words the prompts are drawn from (about one token each).
-WORDS = _WORD_TEXT.split()
 
 
 class CanaryError(Exception):
@@ -73,18 +67,6 @@ class Figures:
     def text(self) -> str:
         """The figures as the deploy's output shows them."""
         return f"TTFT P50 {self.ttft_ms:.1f} ms, TPOT P50 {self.tpot_ms:.2f} ms"
-
-
-def prompts(count: int, input_len: int, seed: int) -> list[str]:
-    """``count`` reproducible prompts of ``input_len`` words each.
-
-    Example:
-        >>> p = prompts(2, 5, seed=1)
-        >>> len(p), len(p[0].split()), p == prompts(2, 5, seed=1)
-        (2, 5, True)
-    """
-    rng = random.Random(seed)
-    return [" ".join(rng.choice(WORDS) for _ in range(input_len)) for _ in range(count)]
 
 
 def _over(new: float, old: float, margin: float, floor_ms: float) -> bool:
@@ -132,22 +114,9 @@ def verdict(
     )
 
 
-def has_token(chunk: dict) -> bool:
-    """A completions chunk that carries a token (as ``fleet bench`` counts them).
-
-    Example:
-        >>> has_token({"choices": [{"text": " Paris"}]}), has_token({"choices": [], "usage": {}})
-        (True, False)
-    """
-    return any(
-        choice.get("text") is not None
-        and (choice.get("text") != "" or choice.get("finish_reason") is None)
-        for choice in chunk.get("choices") or []
-    )
-
-
 def timed(lines: list[tuple[float, bytes]], start: float) -> tuple[float, float]:
-    """(TTFT, TPOT) in seconds from a completion stream's ``(arrival time, line)`` pairs.
+    """(TTFT, TPOT) in seconds from a completion stream's ``(arrival time, line)`` pairs, timed
+    as ``fleet bench`` times it (:class:`loadgen.timing.StreamTimer`).
 
     Example:
         >>> stream = [(1.1, b'data: {"choices": [{"text": "a"}]}'),
@@ -157,40 +126,28 @@ def timed(lines: list[tuple[float, bytes]], start: float) -> tuple[float, float]
         >>> [round(x, 3) for x in timed(stream, 1.0)]
         [0.1, 0.1]
     """
-    first = last = None
-    tokens = chunks = 0
+    timer = StreamTimer(RequestResult(start=start))
     for at, raw in lines:
         line = raw.strip()
-        if not line.startswith(b"data:"):
-            continue
-        data = line[5:].strip()
-        if data == b"[DONE]":
-            break
-        chunk = json.loads(data)
-        if "error" in chunk:
-            raise CanaryError(f"the stream carried an error: {chunk['error']}")
-        if has_token(chunk):
-            chunks += 1
-            first = at if first is None else first
-            last = at
-        tokens = (chunk.get("usage") or {}).get("completion_tokens") or tokens
-    if first is None or last is None:
-        raise CanaryError("the stream ended without a token")
-    tokens = tokens or chunks
-    if tokens < 2:
-        raise CanaryError(f"{tokens} output token: no time per output token")
-    return first - start, (last - first) / (tokens - 1)
+        if line.startswith(b"data:") and not timer.data(line[5:].strip(), at):
+            raise CanaryError(f"the stream carried an error: {timer.result.detail}")
+    result = timer.finish()
+    if not result.ok:
+        raise CanaryError(result.detail)
+    if result.ttft is None or result.tpot is None:
+        raise CanaryError(f"{result.output_tokens} output token: no time per output token")
+    return result.ttft, result.tpot
 
 
 def one_request(url: str, model: str, prompt: str, output_len: int, key: str | None):
     """One streamed completion against ``url``: (TTFT, TPOT) in seconds."""
-    body = json.dumps({
-        "model": model, "prompt": prompt, "max_tokens": output_len, "min_tokens": output_len,
-        "ignore_eos": True, "temperature": 0, "stream": True,
-        "stream_options": {"include_usage": True},
-    }).encode()  # fmt: skip
+    body = request_body(
+        "completions", model, Prompt(text=prompt, output_tokens=output_len), fixed_output=True,
+        extra={"min_tokens": output_len, "temperature": 0},
+    )
     request = urllib.request.Request(
-        f"{url}/v1/completions", data=body, headers={"Content-Type": "application/json"}
+        endpoint(url, "completions"), data=json.dumps(body).encode(),
+        headers={"Content-Type": "application/json"},
     )
     if key:
         request.add_header("Authorization", f"Bearer {key}")
@@ -218,6 +175,13 @@ def answers(url: str) -> bool:
         return False
 
 
+def _median(values: list[float]) -> float:
+    """The P50 of ``fleet bench`` (:func:`loadgen.stats.percentile`); ``values`` not empty."""
+    value = percentile(values, 50)
+    assert value is not None
+    return value
+
+
 def measure(
     targets: dict[str, str], model: str, texts: list[str], output_len: int, key: str | None
 ) -> dict[str, Figures]:
@@ -234,8 +198,7 @@ def measure(
                 samples[label].append(figures)
     return {
         label: Figures(
-            statistics.median(t for t, _ in pairs) * 1000,
-            statistics.median(p for _, p in pairs) * 1000,
+            _median([t for t, _ in pairs]) * 1000, _median([p for _, p in pairs]) * 1000
         )
         for label, pairs in samples.items()
     }
@@ -272,7 +235,10 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     old_label, old_url = old
     key = envfile.read_value(args.key_file, "VLLM_API_KEY") if args.key_file else None
-    texts = prompts(args.requests, args.input_len, args.seed)
+    texts = [
+        p.text or ""
+        for p in synthetic_prompts(args.requests, args.input_len, args.output_len, args.seed)
+    ]
     print(
         f"canary: {stamp()} {args.label}: measuring it against {old_label} "
         f"({args.requests} requests each, {args.input_len} words in, {args.output_len} "

@@ -17,7 +17,7 @@ Example:
     python3 canary_saved.py keep \\
         --restore /etc/systemd/system/vllm-a.service=/var/lib/vllm-fleet/previous/vllm-a.service
     python3 canary_saved.py rollback --label tiny/e2e-vllm/a --unit vllm-a.service \\
-        --port 18401 --model tiny --env-file /etc/vllm-fleet/a.env --restore …
+        --url http://127.0.0.1:18401 --model tiny --env-file /etc/vllm-fleet/a.env --restore …
 """
 
 from __future__ import annotations
@@ -82,7 +82,7 @@ def rollback(args: argparse.Namespace, pairs: list[list[str]]) -> int:
         ["systemctl", "restart", args.unit], capture_output=True, text=True, check=False
     )
     ready = restarted.returncode == 0 and check_ready.main([
-        "--port", str(args.port), "--model", args.model, "--env-file", args.env_file,
+        "--url", args.url, "--model", args.model, "--env-file", args.env_file,
         "--timeout", "120",
     ]) == 0  # fmt: skip
     sys.stdout.flush()
@@ -103,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--restore", action="append", default=[], metavar="LIVE=SAVED")
     parser.add_argument("--label", default="")
     parser.add_argument("--unit", default="")
-    parser.add_argument("--port", type=int, default=0)
+    parser.add_argument("--url", default="", help="the replica's base URL on this host")
     parser.add_argument("--model", default="")
     parser.add_argument("--env-file", default="")
     args = parser.parse_args(argv)
@@ -114,8 +114,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.action == "forget":
         forget(pairs)
         return 0
-    if not (args.unit and args.port and args.model):
-        parser.error("rollback needs --unit, --port and --model")
+    if not (args.unit and args.url and args.model):
+        parser.error("rollback needs --unit, --url and --model")
     return rollback(args, pairs)
 
 

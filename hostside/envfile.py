@@ -1,7 +1,8 @@
 """systemd environment files (``EnvironmentFile=``): the one writer and the one reader.
 
 The control machine renders every server's environment file with :func:`dumps`
-(:mod:`fleet.render`); every program that needs a value back on the host (the readiness check,
+(:mod:`fleet.hostplan.render`); every program that needs a value back on the host (the readiness
+check,
 the request program behind ``fleet verify`` and ``fleet complete``) reads it with :func:`read`.
 Both follow systemd's rules (``man systemd.exec``, ``EnvironmentFile=``; the parser is
 ``parse_env_file_internal`` in systemd's ``src/basic/env-file.c``):

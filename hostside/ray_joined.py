@@ -4,7 +4,8 @@ the member whose node did not join. Runs on the head host before its vLLM unit s
 for a placement group forever).
 
 "Joined" is what ``ray status`` shows: each member's Ray node carries the custom resource
-``fleet_member_HOST`` (``fleet/ray.py``), and the cluster's ``GPU`` total is at least the GPUs the
+``fleet_member_HOST`` (``fleet/hostplan/ray.py``), and the cluster's ``GPU`` total is at least the
+GPUs the
 group needs. Standard library; ``ray`` is the venv's Ray command.
 
 Example:
@@ -28,7 +29,7 @@ from hostside.groupnet import alive
 
 #: A resource line of ``ray status``'s usage: `` 0.0/16.0 GPU``, `` 0B/1.5GiB memory``.
 _USAGE = re.compile(r"\s*([0-9.]+)[A-Za-z]*/([0-9.]+)[A-Za-z]*\s+(\S+)\s*")
-#: The custom resource naming a member's node (fleet.ray.MEMBER_RESOURCE).
+#: The custom resource naming a member's node (fleet.hostplan.ray.MEMBER_RESOURCE).
 MEMBER_RESOURCE = "fleet_member_"
 
 

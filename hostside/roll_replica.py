@@ -14,7 +14,8 @@ Prints one timeline line (``rollout: HH:MM:SS.mmm …``) per step. Exit status: 
 serving; 1 failed, previous configuration restored and serving; 2 failed and not serving.
 
 Example:
-    python3 roll_replica.py --label tiny/e2e-vllm/a --unit vllm-a.service --port 18401 \\
+    python3 roll_replica.py --label tiny/e2e-vllm/a --unit vllm-a.service \\
+        --url http://127.0.0.1:18401 \\
         --model tiny --env-file /etc/vllm-fleet/a.env --drain-timeout 60 \\
         --restore /etc/systemd/system/vllm-a.service=/var/lib/vllm-fleet/previous/vllm-a.service
 """
@@ -62,24 +63,25 @@ def running(metrics: str) -> int:
     return int(total)
 
 
-def in_flight(port: int) -> int | None:
-    """The server's running requests, None when /metrics does not answer."""
+def in_flight(url: str) -> int | None:
+    """The running requests of the server at base URL ``url``, None when /metrics does not
+    answer."""
     try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as reply:
+        with urllib.request.urlopen(f"{url.rstrip('/')}/metrics", timeout=5) as reply:
             return running(reply.read().decode(errors="replace"))
     except (urllib.error.URLError, OSError, ValueError):
         return None
 
 
-def drain(port: int, timeout: float, label: str) -> None:
+def drain(url: str, timeout: float, label: str) -> None:
     """Wait until the server runs no request and has none waiting (or the timeout passed, or
     it does not answer), reading it :data:`SETTLE` seconds after the router let it go."""
     start = time.monotonic()
     time.sleep(SETTLE)
-    count = in_flight(port)
+    count = in_flight(url)
     while count and time.monotonic() - start < timeout:
         time.sleep(0.2)
-        count = in_flight(port)
+        count = in_flight(url)
     waited = time.monotonic() - start
     if count:
         print(f"rollout: {stamp()} {label}: still {count} running after the drain timeout "
@@ -106,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--label", required=True)
     parser.add_argument("--unit", required=True)
-    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--url", required=True, help="the replica's base URL on this host")
     parser.add_argument("--model", required=True)
     parser.add_argument("--env-file", required=True)
     parser.add_argument("--drain-timeout", type=float, default=120)
@@ -117,13 +119,13 @@ def main(argv: list[str] | None = None) -> int:
     if args.abandon:
         abandon(pairs, args.label)
         return 0
-    drain(args.port, args.drain_timeout, args.label)
+    drain(args.url, args.drain_timeout, args.label)
     print(f"rollout: {stamp()} {args.label} restarting", flush=True)
     restore = [arg for pair in args.restore for arg in ("--restore", pair)]
     restarted = restart_or_restore.main(["--unit", args.unit, *restore]) == 0
     sys.stdout.flush()
     ready = check_ready.main([
-        "--port", str(args.port), "--model", args.model, "--env-file", args.env_file,
+        "--url", args.url, "--model", args.model, "--env-file", args.env_file,
         "--timeout", "300" if restarted else "30",
     ]) == 0  # fmt: skip
     if restarted and ready:

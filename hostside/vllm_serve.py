@@ -13,8 +13,11 @@ back, and it joins the group again:
 
 + ``--watch-head ADDRESS:PORT`` (a worker): once joined, exit when no link to the head's port
   is left;
-+ ``--watch-port PORT --api-port PORT`` (the head): once ``/health`` answers, count the
-  members' links accepted on the rendezvous port; exit when there are fewer.
++ ``--watch-port PORT --api-url URL`` (the head): once ``URL/health`` answers (the head's
+  base URL as its plan reaches it: bind address, loopback for every interface, scheme), count
+  the members' links accepted on the rendezvous port; exit when there are fewer. The older
+  ``--api-port PORT`` (``http://127.0.0.1:PORT``) is still read: a unit an earlier release
+  wrote, put back by a failed deploy, still runs.
 
 Example:
     /opt/vllm-fleet/venv/bin/python vllm_serve.py --watch-head 10.0.0.1:29500 -- \\
@@ -30,14 +33,14 @@ import signal
 import sys
 import threading
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 
 if not __package__:  # run as a file: siblings import as the hostside package (see hostside)
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from hostside import tlsprobe
 from hostside.groupnet import accepted, descendants, joined, socket_inodes
+from hostside.wait_healthy import base_url, healthy
 
 #: Seconds between looks at the group's links, and how many bad looks in a row end the member.
 INTERVAL = 2.0
@@ -57,14 +60,6 @@ def _leave(message: str) -> None:
     os._exit(3)
 
 
-def _healthy(port: int) -> bool:
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=5) as reply:
-            return reply.status == 200
-    except (urllib.error.URLError, OSError, ValueError):
-        return False
-
-
 def watch_head(address: str, port: int) -> None:
     """A worker's watch: once joined to the head, leave when the link is gone."""
     pid = os.getpid()
@@ -78,10 +73,12 @@ def watch_head(address: str, port: int) -> None:
             _leave(f"the link to the head {address}:{port} is gone (it stopped or restarted)")
 
 
-def watch_members(port: int, api_port: int) -> None:
-    """The head's watch: once serving, leave when fewer members' links reach its port."""
+def watch_members(port: int, api_url: str, tls: tuple[str | None, str | None] = (None, None)
+                  ) -> None:
+    """The head's watch: once serving at ``api_url`` (https: ``tls``, its CA file and name),
+    leave when fewer members' links reach its rendezvous ``port``."""
     pid = os.getpid()
-    while not _healthy(api_port):
+    while not healthy(api_url, *tls):
         time.sleep(INTERVAL)
     time.sleep(SETTLE)
     baseline = accepted(socket_inodes(descendants(pid)), port)
@@ -101,7 +98,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--watch-head", help="ADDRESS:PORT of the head (a worker)")
     parser.add_argument("--watch-port", type=int, help="the rendezvous port (the head)")
-    parser.add_argument("--api-port", type=int, help="the head's API port")
+    parser.add_argument("--api-url", help="the head's base URL")
+    parser.add_argument("--api-port", type=int, help="older form: http://127.0.0.1:PORT")
+    tlsprobe.add_arguments(parser)
     own = parser.parse_args(argv[:at])
     words = argv[at + 1 :]
     try:
@@ -116,8 +115,9 @@ def main(argv: list[str] | None = None) -> int:
     if own.watch_head:
         address, _, port = own.watch_head.rpartition(":")
         target = (watch_head, (address.strip("[]"), int(port)))
-    elif own.watch_port and own.api_port:
-        target = (watch_members, (own.watch_port, own.api_port))
+    elif own.watch_port and (own.api_url or own.api_port):
+        api_url = base_url(own.api_url, own.api_port)
+        target = (watch_members, (own.watch_port, api_url, (own.cafile, own.tls_name)))
     else:
         target = None
     if target is not None:

@@ -9,7 +9,7 @@ rolled back to its previous configuration and the endpoint's rollout stops.
 
 Example:
     from operations.canary import canary_commands
-    commands = canary_commands(rollout, label, unit, port, served_name, env_file, pairs)
+    commands = canary_commands(rollout, label, unit, url, served_name, env_file, pairs)
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ from dataclasses import dataclass
 
 from pyinfra.api import QuoteString, StringCommand
 
-from fleet.hostplan import ReplicaRollout
-from fleet.paths import remote_program
+from fleet.catalog.paths import remote_program
+from fleet.hostplan.types import ReplicaRollout
 
 #: Endpoints whose canary ran (or was skipped) during this pyinfra run: the next replicas roll
 #: without one.
@@ -41,13 +41,14 @@ def canary_commands(
     rollout: ReplicaRollout,
     label: str,
     unit: str,
-    port: int,
+    url: str,
     served_name: str,
     env_file: str,
     pairs: list[object],
 ) -> CanaryCommands | None:
     """The gate's commands for a replica whose endpoint has a canary (None otherwise).
 
+    + url: the replica's base URL on its host (its rollback's readiness check)
     + pairs: the ``--restore LIVE=SAVED`` arguments of the replica's update
     """
     canary = rollout.canary
@@ -55,11 +56,11 @@ def canary_commands(
         return None
     saved = ["python3", QuoteString(remote_program("canary_saved"))]
     olds: list[object] = []
-    for ref, url in canary.baselines:
-        olds += ["--old", QuoteString(f"{rollout.endpoint}/{ref}={url}")]
+    for ref, old_url in canary.baselines:
+        olds += ["--old", QuoteString(f"{rollout.endpoint}/{ref}={old_url}")]
     rollback = [
         *saved, "rollback", "--label", QuoteString(label), "--unit", QuoteString(unit),
-        "--port", str(port), "--model", QuoteString(served_name),
+        "--url", QuoteString(url), "--model", QuoteString(served_name),
         "--env-file", QuoteString(env_file), *pairs,
     ]  # fmt: skip
     measure = [

@@ -24,7 +24,7 @@ from pyinfra.api.host import Host
 from pyinfra.api.state import State
 
 from facts.router import FleetRouterUnits
-from fleet.hostplan import ReplicaRollout
+from fleet.hostplan.types import ReplicaRollout
 from operations.canary import CanaryCommands, canary_commands, decision_words, goes_first
 
 #: Endpoints whose rollout stopped during this pyinfra run: endpoint → what stopped it.
@@ -128,7 +128,7 @@ def roll(
 def replica_rolled(
     rollout: ReplicaRollout,
     unit: str,
-    port: int,
+    url: str,
     served_name: str,
     env_file: str,
     restore: dict[str, str],
@@ -138,7 +138,8 @@ def replica_rolled(
     """Update one replica while its endpoint keeps serving (run with ``_parallel``).
 
     + rollout: the replica's endpoint, router and policy (from the host plan)
-    + unit, port, served_name, env_file: the replica's server
+    + unit, url, served_name, env_file: the replica's server (``url``: its base URL on its
+      host, ``ServerUnit.url``)
     + restore: live path → saved previous copy (from ``previous_saved``)
     + roll_script: the host-side roll_replica.py; router_script: router_workers.py
 
@@ -146,7 +147,8 @@ def replica_rolled(
 
     .. code:: python
 
-        ops.replica_rolled(rollout=entry.rollout, unit="vllm-a.service", port=18401,
+        ops.replica_rolled(rollout=entry.rollout, unit="vllm-a.service",
+                           url="http://127.0.0.1:18401",
                            served_name="tiny", env_file="/etc/vllm-fleet/a.env",
                            restore={unit_path: saved_unit}, roll_script=..., router_script=...,
                            _parallel=entry.rollout.max_unavailable, _if=changed)
@@ -157,12 +159,13 @@ def replica_rolled(
         pairs += ["--restore", QuoteString(f"{live}={saved}")]
     base = [
         "python3", QuoteString(roll_script), "--label", QuoteString(label),
-        "--unit", QuoteString(unit), "--port", str(port), "--model", QuoteString(served_name),
+        "--unit", QuoteString(unit), "--url", QuoteString(url),
+        "--model", QuoteString(served_name),
         "--env-file", QuoteString(env_file), *pairs,
     ]  # fmt: skip
     update = StringCommand(*base, "--drain-timeout", str(rollout.drain_timeout))
     abandon = StringCommand(*base, "--abandon")
-    canary = canary_commands(rollout, label, unit, port, served_name, env_file, pairs)
+    canary = canary_commands(rollout, label, unit, url, served_name, env_file, pairs)
 
     def router_call(action: str) -> StringCommand:
         return StringCommand(

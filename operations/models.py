@@ -15,7 +15,7 @@ from pyinfra.api import FileUploadCommand, QuoteString, StringCommand, operation
 from pyinfra.api.exceptions import DeployError
 
 from facts.models import ModelCheck
-from fleet.hostplan import ModelInstall
+from fleet.hostplan.types import ModelInstall
 
 #: The installer's flag for progress lines on the host.
 PROGRESS_EVERY_S = 10

@@ -15,7 +15,7 @@ from pyinfra import host, logger
 from pyinfra.api import FileUploadCommand, QuoteString, StringCommand, operation
 from pyinfra.facts.files import File, Sha256File
 
-from fleet.paths import (
+from fleet.catalog.paths import (
     ALERTMANAGER_DROPIN,
     GPU_METRICS_UNIT,
     GPU_TEXTFILE,

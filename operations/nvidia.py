@@ -15,7 +15,7 @@ from pyinfra import host
 from pyinfra.api import QuoteString, StringCommand, operation
 
 from facts.nvidia import OPENPGP_PY, DebPackageStates, FabricManager, KeyringFingerprints
-from fleet.stack import driver_matches, upstream_version
+from fleet.hostplan.stack import driver_matches, upstream_version
 
 
 @operation()

@@ -1,5 +1,6 @@
 """Ray in the vLLM venv, for servers across hosts over Ray: installed only when its version
-differs (vLLM's wheels do not depend on Ray; ``fleet/ray.py`` says which one each release runs
+differs (vLLM's wheels do not depend on Ray; ``fleet/catalog/ray.py`` says which one each release
+runs
 on).
 
 Example:

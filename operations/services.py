@@ -15,6 +15,7 @@ from pyinfra.api import QuoteString, StringCommand, operation
 from pyinfra.facts.files import Sha256File
 
 from facts.host import FleetServerUnits
+from fleet.catalog.paths import env_path, previous_paths, unit_path
 from hostside.validate_args import exec_start
 
 
@@ -107,28 +108,32 @@ def server_args_valid(unit: str, unit_path: str, unit_text: str, python: str, sc
 
 
 @operation(is_idempotent=False)
-def server_answers(port: int, served_name: str, env_file: str, script: str, python: str):
+def server_answers(url: str, served_name: str, env_file: str, script: str, python: str,
+                   tls: list[str] | None = None):
     """Check that a server answers a real completion (readiness, beyond /health).
 
-    + port: the server's port (on the host's loopback)
+    + url: the server's base URL as the plan reaches it on its host (``ServerUnit.url``,
+      ``RouterUnit.url``: scheme, address, port)
     + served_name: the model name clients ask for
     + env_file: the server's environment file (for its API key, read on the host)
     + script: the host-side check (check_ready.py)
     + python: interpreter to run it with
+    + tls: an https server's trust words (``Reach.probe_args``: ``--cafile F --tls-name N``)
 
     **Example:**
 
     .. code:: python
 
-        ops.server_answers(port=18000, served_name="tiny", env_file="/etc/vllm-fleet/tiny.env",
+        ops.server_answers(url="http://127.0.0.1:18000", served_name="tiny",
+                           env_file="/etc/vllm-fleet/tiny.env",
                            script="/usr/local/lib/vllm-fleet/check_ready.py",
                            python="/opt/vllm-fleet/venv/bin/python",
                            _if=unit_changed.did_change)
     """
     yield StringCommand(
         QuoteString(python), QuoteString(script),
-        "--port", str(port), "--model", QuoteString(served_name),
-        "--env-file", QuoteString(env_file),
+        "--url", QuoteString(url), "--model", QuoteString(served_name),
+        "--env-file", QuoteString(env_file), *(QuoteString(word) for word in tls or []),
     )
 
 
@@ -143,15 +148,12 @@ def server_name_of(unit: str) -> str:
 
 
 @operation()
-def undeclared_servers_removed(
-    keep: list[str], unit_dir: str, env_dir: str, previous_dir: str
-):
+def undeclared_servers_removed(keep: list[str], unit_dir: str):
     """Stop, disable and delete the server units vllm-fleet wrote that the fleet no longer has.
 
     + keep: the units the fleet file declares for this host
-    + unit_dir: where the units live (``/etc/systemd/system``)
-    + env_dir: where their environment files live
-    + previous_dir: where their saved previous copies live
+    + unit_dir: where the units live (``/etc/systemd/system``); each unit's files (its
+      environment, its saved previous copies) are where :mod:`fleet.catalog.paths` puts them
 
     Only units carrying vllm-fleet's marker line are candidates (:class:`FleetServerUnits`):
     a ``vllm-*.service`` written by hand is never touched. Runs before any declared server is
@@ -162,9 +164,8 @@ def undeclared_servers_removed(
 
     .. code:: python
 
-        ops.undeclared_servers_removed(keep=["vllm-chat.service"], unit_dir="/etc/systemd/system",
-                                       env_dir="/etc/vllm-fleet",
-                                       previous_dir="/var/lib/vllm-fleet/previous")
+        ops.undeclared_servers_removed(keep=["vllm-chat.service"],
+                                       unit_dir="/etc/systemd/system")
     """
     undeclared = [u for u in host.get_fact(FleetServerUnits, unit_dir=unit_dir) if u not in keep]
     if not undeclared:
@@ -178,8 +179,8 @@ def undeclared_servers_removed(
         )
         yield StringCommand("systemctl", "disable", "--now", QuoteString(unit), "||", "true")
         yield StringCommand(
-            "rm", "-f", QuoteString(f"{unit_dir}/{unit}"), QuoteString(f"{env_dir}/{name}.env"),
-            QuoteString(f"{previous_dir}/{unit}"), QuoteString(f"{previous_dir}/{name}.env"),
+            "rm", "-f", *(QuoteString(path) for path in (
+                unit_path(name), env_path(name), *previous_paths(name))),
         )  # fmt: skip
     yield StringCommand("systemctl", "daemon-reload")
     yield StringCommand(

@@ -9,14 +9,15 @@ from __future__ import annotations
 
 from pyinfra.api import QuoteString, StringCommand, operation
 
-from fleet.paths import MODEL_INSTALLS, STARTUPS_DIR, startup_record
+from fleet.catalog.paths import MODEL_INSTALLS, STARTUPS_DIR, startup_record
 from operations.models import StreamedCommand
 
 
 @operation(is_idempotent=False)
 def start_recorded(unit: str, server: str, model: str, script: str):
     """Append the unit's last start (its phases from the journal, the model install before it)
-    to the server's record (:func:`fleet.paths.startup_record`) and print it; run it only when
+    to the server's record (:func:`fleet.catalog.paths.startup_record`) and print it; run it only
+    when
     the deploy (re)started the server and its first completion came.
 
     + unit: the server's unit; server: its name; model: the model it serves

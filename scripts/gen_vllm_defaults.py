@@ -1,24 +1,24 @@
 #!/usr/bin/env python3
-"""Generate ``fleet/vllm_defaults.json``: the defaults the planner takes per vLLM release,
+"""Generate ``fleet/catalog/vllm_defaults.json``: the defaults the planner takes per vLLM release,
 read from each release's own source (never guessed).
 
 Each argument is ``VERSION=PATH``, PATH a folder holding a release's ``vllm/`` package (its
 Python files unpacked from the published wheel: ``pip download --no-deps --only-binary :all:
 vllm==VERSION`` then ``unzip WHEEL 'vllm/*.py'``; or an installed site-packages), or
-``VERSION=FLAGS.json``, a flag list of ``fleet/vllm_flags/`` (its parser's defaults). Read:
+``VERSION=FLAGS.json``, a flag list of ``fleet/catalog/vllm_flags/`` (its parser's defaults). Read:
 
 - ``gpu_memory_utilization``: the default of ``CacheConfig`` (``vllm/config/cache.py``, or
   ``vllm/config.py`` before 0.10) or of ``EngineArgs`` (``vllm/engine/arg_utils.py``, ≤ 0.7);
 - ``engine``: V1 when ``VLLM_USE_V1`` defaults to "1" in ``vllm/envs.py`` (or the variable is
   gone: V0 removed), else V0;
 - ``max_num_seqs``: an integer default of ``EngineArgs.max_num_seqs`` (V0 releases: 256), else
-  None (the release decides by usage context and GPU, as :func:`fleet.plan.batch_defaults`).
+  None (the release decides by usage context and GPU, as :func:`fleet.planner.fit.batch_defaults`).
 
 Example::
 
     $ python scripts/gen_vllm_defaults.py 0.6.4.post1=/tmp/vllm-src/0.6.4.post1 \\
-          0.32.0=.venv-vllm/lib/python3.11/site-packages 0.33.0=fleet/vllm_flags/0.33.0.json
-    wrote fleet/vllm_defaults.json (3 releases)
+          0.32.0=.venv-vllm/lib/python3.11/site-packages 0.33.0=fleet/catalog/vllm_flags/0.33.0.json
+    wrote fleet/catalog/vllm_defaults.json (3 releases)
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from datetime import date
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-OUT = ROOT / "fleet" / "vllm_defaults.json"
+OUT = ROOT / "fleet" / "catalog" / "vllm_defaults.json"
 UTILIZATION = re.compile(
     r"^\s+gpu_memory_utilization: float = (?:Field\(default=)?([0-9.]+)", re.M
 )
@@ -227,7 +227,8 @@ def cuda_graphs(package: Path) -> dict | None:
 
 
 def from_flags(path: Path) -> dict:
-    """The defaults a flag list of ``fleet/vllm_flags/`` recorded from its release's parser."""
+    """The defaults a flag list of ``fleet/catalog/vllm_flags/`` recorded from its release's
+    parser."""
     data = json.loads(path.read_text())
     flags = data["flags"]
     seqs = flags.get("max-num-seqs", {}).get("default")
@@ -262,7 +263,7 @@ def main(argv: list[str]) -> int:
         "generated_by": "scripts/gen_vllm_defaults.py",
         "generated_on": date.today().isoformat(),
         "built_from": "each release's published wheel (pip download --no-deps), its vllm/*.py "
-                      "read as text; or its fleet/vllm_flags list",
+                      "read as text; or its fleet/catalog/vllm_flags list",
         "releases": dict(sorted(releases.items(), key=lambda kv: key(kv[0]))),
     }, indent=2) + "\n")
     print(f"wrote {OUT.relative_to(ROOT)} ({len(releases)} releases)")

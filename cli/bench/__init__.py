@@ -1,13 +1,13 @@
 """``fleet bench``: load tests of a deployed server, with figures that can be trusted.
 
-Modules: :mod:`~cli.bench.client` (one timed streamed request: the metric definitions),
-:mod:`~cli.bench.runner` (load steps), :mod:`~cli.bench.stats` (percentiles, SLOs, knee),
-:mod:`~cli.bench.servermetrics` (vLLM's /metrics), :mod:`~cli.bench.gpu` (nvidia-smi),
-:mod:`~cli.bench.tunnel` (SSH port forward), :mod:`~cli.bench.prompts`,
-:mod:`~cli.bench.report` (JSON, CSV, PNG, table), :mod:`~cli.bench.command` (the CLI).
+The load and its measurement are :mod:`loadgen`'s; this package is the command around them:
+:mod:`~cli.bench.command` (the CLI), :mod:`~cli.bench.tunnel` (SSH port forward),
+:mod:`~cli.bench.report` (JSON, CSV, PNG, table), the staged plan (:mod:`~cli.bench.plan`,
+:mod:`~cli.bench.stages`, :mod:`~cli.bench.memory`, :mod:`~cli.bench.runreport`,
+:mod:`~cli.bench.plancommand`) and :mod:`~cli.bench.compare`.
 
 Example:
-    >>> from cli.bench.stats import percentile
-    >>> percentile([1.0, 2.0, 3.0], 50)
-    2.0
+    >>> from cli.bench.tunnel import forward_argv
+    >>> callable(forward_argv)
+    True
 """

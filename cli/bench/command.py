@@ -38,9 +38,20 @@ from rich.progress import (
 
 from cli.bench import compare, plancommand
 from cli.bench import report as reports
-from cli.bench.gpu import nvidia_smi_command
-from cli.bench.prompts import PromptError, load_jsonl, synthetic_prompts
-from cli.bench.runner import (
+from cli.bench.tunnel import Tunnel, TunnelError
+from cli.console import err, out
+from cli.inventory import connection_data
+from cli.remote import ssh_command
+from fleet.hostplan.secrets import read_secret
+from fleet.load import load_fleet
+from fleet.planner.endpoints import client_url, served_name
+from fleet.planner.reach import server_reach
+from fleet.read.problems import FleetError
+from fleet.spec.addresses import bracket, is_any, is_loopback, local_address
+from fleet.spec.models import Variant
+from loadgen.gpu import nvidia_smi_command
+from loadgen.prompts import PromptError, load_jsonl, synthetic_prompts
+from loadgen.runner import (
     Options,
     Runner,
     Step,
@@ -49,16 +60,7 @@ from cli.bench.runner import (
     served_model,
     server_tokenizer,
 )
-from cli.bench.stats import parse_slo
-from cli.bench.tunnel import Tunnel, TunnelError
-from cli.console import err, out
-from cli.remote import ssh_command
-from fleet.endpoints import client_url, served_name
-from fleet.inventory import connection_data
-from fleet.load import load_fleet
-from fleet.problems import FleetError
-from fleet.secrets import read_secret
-from fleet.spec import Variant
+from loadgen.stats import parse_slo
 
 
 def add_parser(sub: Any, default_fleet: str) -> None:
@@ -225,7 +227,7 @@ def resolve_target(args: argparse.Namespace) -> Iterator[Resolved]:
         raise BenchError("\n".join(str(p) for p in error.problems)) from None
     except ValueError as error:
         raise BenchError(f"{host_name}/{server_name}: API key: {error}") from None
-    bind = server.host if server.host not in ("0.0.0.0", "::", "") else "127.0.0.1"
+    reach = server_reach(server)
     resolved = Resolved(
         base_url="",
         model=server.served_name,
@@ -241,17 +243,19 @@ def resolve_target(args: argparse.Namespace) -> Iterator[Resolved]:
     if not use_tunnel:
         if not host.is_sandbox:
             resolved.notes.append("--tunnel never: connecting to the host's address directly")
-        address = bind if host.is_sandbox else host.address
-        resolved.base_url = f"http://{address}:{server.port}"
+        # from the control machine: where it listens (a sandbox shares this machine's network),
+        # or the host's address for every interface
+        resolved.base_url = reach.url if host.is_sandbox else reach.at(
+            host.address if is_any(server.host) else server.host).url
         yield resolved
         return
-    tunnel = Tunnel(data, remote_port=server.port, remote_host=bind)
+    tunnel = Tunnel(data, remote_port=reach.port, remote_host=reach.address)
     try:
         local = tunnel.open()
     except TunnelError as error:
         raise BenchError(str(error)) from None
     resolved.tunnel = tunnel
-    resolved.base_url = f"http://127.0.0.1:{local}"
+    resolved.base_url = f"{reach.scheme}://127.0.0.1:{local}"
     resolved.notes.append(f"through an SSH port forward 127.0.0.1:{local} → {host_name}:"
                           f"{server.port}")
     try:
@@ -277,15 +281,16 @@ def _endpoint_target(args: argparse.Namespace, fleet: Any) -> Iterator[Resolved]
         raise BenchError("\n".join(str(p) for p in error.problems)) from None
     except ValueError as error:
         raise BenchError(f"endpoint {args.endpoint}: API key: {error}") from None
-    resolved = Resolved(base_url=f"http://{address}:{port}", model=served_name(fleet, endpoint),
+    resolved = Resolved(base_url=f"http://{bracket(address)}:{port}",
+                        model=served_name(fleet, endpoint),
                         api_key=key, name=f"endpoint {args.endpoint}",
                         notes=[f"through the router of endpoint {args.endpoint} on {host_name} "
                                f"({len(endpoint.replicas)} replicas): no GPU sampling"])
-    loopback_only = endpoint.router.bind in ("127.0.0.1", "::1")
+    loopback_only = is_loopback(endpoint.router.bind)
     if host.is_sandbox or args.tunnel == "never" or (args.tunnel == "auto" and not loopback_only):
         yield resolved
         return
-    tunnel = Tunnel(data, remote_port=port, remote_host="127.0.0.1")
+    tunnel = Tunnel(data, remote_port=port, remote_host=local_address(endpoint.router.bind))
     try:
         local = tunnel.open()
     except TunnelError as error:

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import shlex
 
-from cli.bench.sampler import LineSampler
+from loadgen.sampler import LineSampler
 
 #: What each kind of sample measures, for the report.
 KINDS = {

@@ -33,11 +33,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from cli.bench.runner import parse_loads
 from fleet.load import parse_yaml
-from fleet.problems import FleetError, Problem, suggest
-from fleet.spec import Fleet, Variant
-from fleet.yamlread import Positions
+from fleet.read.problems import FleetError, Problem, suggest
+from fleet.read.yamlread import Positions
+from fleet.spec.models import Fleet, Variant
+from loadgen.runner import parse_loads
 
 #: The stages, in running order, and what each measures.
 STAGES = {
@@ -297,7 +297,7 @@ def choose_servers(fleet: Fleet, selector: str, gpu: int | None, file: str) -> l
     its servers; with ``gpu``, those that run on that GPU). Raises ValueError saying what exists.
 
     Example:
-        >>> from fleet.spec import Fleet
+        >>> from fleet.spec.models import Fleet
         >>> f = Fleet.model_validate({"version": 1, "models": {"m": {"url": "http://x/m.tgz",
         ...     "sha256": "a" * 64}}, "hosts": {"box": {"address": "10.0.0.1", "vllm": {"version":
         ...     "0.32.0", "variant": "cu129"}, "servers": {"a": {"model": "m", "port": 8000,

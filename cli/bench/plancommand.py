@@ -37,17 +37,17 @@ from cli.bench.plan import (
     sharing_groups,
     stages_from_text,
 )
-from cli.bench.prompts import PromptError
-from cli.bench.runner import Options, Runner, Target, parse_loads, served_model
 from cli.bench.runreport import summary_lines, write_run
 from cli.bench.stages import PlanRun, PlanTarget
-from cli.bench.stats import parse_slo
 from cli.console import err, out
+from cli.inventory import connection_data
 from cli.remote import ssh_command
-from fleet.inventory import connection_data
+from fleet.catalog.paths import unit_name
 from fleet.load import load_fleet
-from fleet.paths import unit_name
-from fleet.problems import FleetError
+from fleet.read.problems import FleetError
+from loadgen.prompts import PromptError
+from loadgen.runner import Options, Runner, Target, parse_loads, served_model
+from loadgen.stats import parse_slo
 
 
 def add_arguments(bench: Any) -> None:

@@ -3,11 +3,11 @@
 Per step and per metric (TTFT, TPOT, ITL, E2E; milliseconds): count, mean, min, max, P50, P90,
 P95, P99. Throughput: successful requests/s, output tokens/s, total (input + output) tokens/s
 over the measured window. Errors by kind. Goodput when SLOs are given. Across steps: the knee
-(:func:`cli.bench.stats.find_knee` on output tokens/s and P99 E2E).
+(:func:`loadgen.stats.find_knee` on output tokens/s and P99 E2E).
 
 Example:
-    >>> from cli.bench.client import RequestResult
-    >>> from cli.bench.runner import Step, StepRun
+    >>> from loadgen.timing import RequestResult
+    >>> from loadgen.runner import Step, StepRun
     >>> ok = RequestResult(ok=True, start=0.0, ttft=0.1, e2e=0.5, itl=[0.1] * 4,
     ...                    output_tokens=5, input_tokens=7, usage_reported=True, done=0.5)
     >>> bad = RequestResult(error="http_500", start=0.0, done=0.1)
@@ -26,8 +26,8 @@ from typing import Any
 from rich import box
 from rich.table import Table
 
-from cli.bench.runner import StepRun
-from cli.bench.stats import PERCENTILES, find_knee, goodput, summarize
+from loadgen.runner import StepRun
+from loadgen.stats import PERCENTILES, find_knee, goodput, summarize
 
 #: Metrics reported per step, in milliseconds.
 METRICS = ("ttft", "tpot", "itl", "e2e")

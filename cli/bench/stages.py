@@ -1,6 +1,6 @@
 """Run the plan's stages (:mod:`cli.bench.plan`) with the bench's own runner, and read them.
 
-Each stage is made of the runner's steps (:meth:`cli.bench.runner.Runner.run_step`, so
+Each stage is made of the runner's steps (:meth:`loadgen.runner.Runner.run_step`, so
 warm-up, ``/metrics`` differencing, gauge and GPU sampling are the ladder's), on one aiohttp
 session for the whole plan:
 
@@ -36,13 +36,13 @@ from typing import Any
 import aiohttp
 
 from cli.bench import report as reports
-from cli.bench import servermetrics
-from cli.bench.client import RequestResult
-from cli.bench.gpu import GpuSampler
 from cli.bench.memory import KINDS, MemorySampler
 from cli.bench.plan import Plan
-from cli.bench.runner import Runner, Step, StepRun, parse_loads
-from cli.bench.stats import percentile
+from loadgen import servermetrics
+from loadgen.gpu import GpuSampler
+from loadgen.runner import NoProgress, Runner, Step, StepRun, parse_loads
+from loadgen.stats import percentile
+from loadgen.timing import RequestResult
 
 #: A soak is flagged when more than this fraction of its requests failed …
 ERROR_RATE_LIMIT = 0.01
@@ -92,17 +92,6 @@ class Prefixed:
     def end_step(self) -> None:
         """Forward."""
         self.inner.end_step()
-
-
-class _Quiet:
-    def start_step(self, label: str, total: int | None, seconds: float | None) -> None:
-        pass
-
-    def advance(self, result: RequestResult) -> None:
-        pass
-
-    def end_step(self) -> None:
-        pass
 
 
 # ------------------------------------------------------------------ pure readings
@@ -325,7 +314,7 @@ class PlanRun:
         self.plan = plan
         self.targets = targets
         self.groups = groups or []
-        self.progress = progress or _Quiet()
+        self.progress = progress or NoProgress()
         self.slo = slo
         self.say = say or (lambda line: None)
         self.gpu: dict[tuple[str, ...], GpuSampler] = {}
@@ -335,7 +324,8 @@ class PlanRun:
     async def _step(self, session: Any, target: PlanTarget, step: Step, stage: str,
                     quiet: bool = False) -> StepRun:
         runner = target.runner
-        runner.progress = _Quiet() if quiet else Prefixed(self.progress, f"{target.name} {stage}")
+        runner.progress = (NoProgress() if quiet
+                           else Prefixed(self.progress, f"{target.name} {stage}"))
         gpu = self.gpu.get(tuple(target.gpu_argv)) if target.gpu_argv else None
         return await runner.run_step(session, step, self.rng, gpu)
 

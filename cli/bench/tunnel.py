@@ -56,7 +56,8 @@ def forward_argv(
         "-o", "ExitOnForwardFailure=yes",
         "-o", "ServerAliveInterval=15",
         "-o", "ServerAliveCountMax=3",
-        "-L", f"127.0.0.1:{local_port}:{remote_host}:{remote_port}",
+        "-L", f"127.0.0.1:{local_port}:{f'[{remote_host}]' if ':' in remote_host else remote_host}"
+        f":{remote_port}",
         ssh_destination(data),
     ]
 

@@ -36,11 +36,11 @@ from pathlib import Path
 from typing import Any
 
 from cli.bench import report as reports
-from cli.bench import servermetrics
 from cli.bench.command import BenchError, resolve_target
-from cli.bench.prompts import PromptError, load_jsonl, synthetic_prompts
-from cli.bench.runner import Options, Runner, Step, Target, server_tokenizer
-from fleet.slowness import percentile, slowdown
+from fleet.judge.slowness import percentile, slowdown
+from loadgen import servermetrics
+from loadgen.prompts import PromptError, load_jsonl, synthetic_prompts
+from loadgen.runner import Options, Runner, Step, Target, server_tokenizer
 
 #: Where ``fleet bench`` archives its runs unless told otherwise (``--out``).
 BENCH_RESULTS = "bench-results"
@@ -50,8 +50,9 @@ REQUESTS = 5
 TIMEOUT = 120.0
 #: Rounds of them at most: a slower round is measured again, and the server counts as slower
 #: only when every round is (a CI run caught one round at ×2.8 on an idle server whose own
-#: /metrics TTFT was 4 ms: the 2-core machine's scheduler, not the server).
-ROUNDS = 2
+#: /metrics TTFT was 4 ms: the 2-core machine's scheduler, not the server; with three test
+#: streams on two cores, two rounds in a row were caught too).
+ROUNDS = 3
 
 
 def kept_round(baseline: dict[str, Any], rounds: list[dict[str, Any]]) -> dict[str, Any]:
@@ -166,7 +167,7 @@ def measure_target(target: Target, baseline: dict[str, Any], gpu_argv: list[str]
     """The baseline's single requests, sent now to ``target``: ``{"fresh": figures, "rounds":
     [P50s of each round], "metrics_ttft": …, "metrics_gauges": …}``, or ``{"error": why}``.
 
-    A round clearly slower than ``baseline`` (:func:`fleet.slowness.slowdown`) is measured
+    A round clearly slower than ``baseline`` (:func:`fleet.judge.slowness.slowdown`) is measured
     again, up to ``rounds_at_most`` rounds; ``fresh`` is the round :func:`kept_round` keeps.
 
     Example (sends requests, so not run here):

@@ -2,7 +2,7 @@
 
 Reads every server's state over SSH; for those not active, not answering /health or
 restarting, gathers bounded evidence (:mod:`cli.doctor.gather`) and names the most likely
-cause (:mod:`fleet.diagnosis`). Changes nothing on any host.
+cause (:mod:`fleet.judge.diagnosis`). Changes nothing on any host.
 
 Example:
     $ fleet doctor inventory/sandbox.yaml sandbox-1/tiny
@@ -17,8 +17,8 @@ from cli.console import err
 from cli.doctor.benchcheck import BENCH_RESULTS
 from cli.doctor.gather import gather_fleet
 from cli.doctor.report import exit_status, text, to_json
-from fleet.diagnosis import diagnose
-from fleet.problems import FleetError
+from fleet.judge.diagnosis import diagnose
+from fleet.read.problems import FleetError
 
 
 def _split(args: Any, default: str) -> tuple[str, str | None]:

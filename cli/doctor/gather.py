@@ -46,14 +46,16 @@ from facts.gpus import GpuProcesses, NvidiaSmiGpus, PciGpus
 from facts.models import ModelCheck
 from facts.nvidia import FabricManager, NvidiaDriverLoaded
 from facts.vllm import VenvPackages
-from fleet.diagnosis import Evidence, mask
-from fleet.hostplan import HostPlan, ServerUnit
+from fleet.catalog.paths import cache_dir, model_path, runtime_path, state_home
+from fleet.hostplan.secrets import read_secret
+from fleet.hostplan.types import HostPlan, ServerUnit
+from fleet.judge.diagnosis import Evidence, mask
+from fleet.judge.slowness import slowdown
 from fleet.load import load_fleet
-from fleet.paths import cache_dir, model_path, runtime_path, state_home
-from fleet.plan import plan_fleet
-from fleet.secrets import read_secret
-from fleet.slowness import slowdown
-from fleet.spec import Fleet, SecretRef
+from fleet.planner.fit import plan_fleet
+from fleet.planner.reach import Reach
+from fleet.spec.addresses import bracket
+from fleet.spec.models import Fleet, SecretRef
 
 #: Shared memory: vLLM's processes exchange tensors and messages through it (~400 MiB).
 SHM = "/dev/shm"
@@ -194,6 +196,26 @@ def _host(host: Any, plan: HostPlan, servers: list[ServerUnit], base: dict[str, 
             host.disconnect()
 
 
+def health_request(reach: Reach) -> dict[str, str]:
+    """The ``HttpStatus`` arguments that ask a server's ``/health`` as its plan reaches it: an
+    https server by the name clients use (curl connects to where it listens), trusting the
+    plan's CA file alone.
+
+    Example:
+        >>> health_request(Reach("http", "127.0.0.1", 8000))
+        {'url': 'http://127.0.0.1:8000/health'}
+        >>> health_request(Reach("https", "::1", 8443, "", "/etc/c.pem", "gpu-1.example"))
+        ... # doctest: +NORMALIZE_WHITESPACE
+        {'url': 'https://gpu-1.example:8443/health', 'cafile': '/etc/c.pem',
+         'connect_to': 'gpu-1.example:8443:[::1]:8443'}
+    """
+    if reach.scheme != "https":
+        return {"url": f"{reach.url}/health"}
+    name = bracket(reach.tls_name)
+    return {"url": f"https://{name}:{reach.port}/health", "cafile": reach.cafile,
+            "connect_to": f"{name}:{reach.port}:{bracket(reach.address)}:{reach.port}"}
+
+
 def _fact(host: Any, fact: Any, **kwargs: Any) -> tuple[Any, str | None]:
     """A fact's value, or (None, the error) when it could not be read."""
     try:
@@ -212,11 +234,13 @@ def _read(host: Any, plan: HostPlan, servers: list[ServerUnit], base: dict[str, 
         ev.unit = status.get(unit.unit, {})
         if error:
             ev.unit = {"error": error}
-        health, _ = _fact(host, HttpStatus, url=f"{unit.url}/health")
+        health, _ = _fact(host, HttpStatus, **health_request(unit.reach))
         health = health or {}
         ev.health, ev.health_error = health.get("status"), health.get("error")
         if ev.health == 200:
-            payload = json.dumps({"port": unit.port, "path": "/v1/completions", "auth": True,
+            payload = json.dumps({"url": unit.url, "port": unit.port,
+                                  "path": "/v1/completions", "auth": True,
+                                  **unit.reach.trust,
                                   "env_file": unit.env_path, "body": {
                                       "model": unit.served_name, "prompt": "Hello",
                                       "max_tokens": 1, "temperature": 0}})  # fmt: skip

@@ -4,7 +4,7 @@ Exit status: 0 nothing wrong, 2 a problem was found (its cause named), 1 a serve
 diagnosed (unreachable, unreadable, or a cause not known) and no problem was named.
 
 Example:
-    >>> from fleet.diagnosis import Diagnosis
+    >>> from fleet.judge.diagnosis import Diagnosis
     >>> exit_status([Diagnosis("h", "a", "ok", "active (running), /health: 200")])
     0
     >>> print(text([Diagnosis("h", "a", "ok", "active (running), /health: 200")]))
@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 
-from fleet.diagnosis import OK, PROBLEM, UNKNOWN, Diagnosis
+from fleet.judge.diagnosis import OK, PROBLEM, UNKNOWN, Diagnosis
 
 #: The sentence every report ends with.
 READ_ONLY = "fleet doctor only reads: nothing was changed on any host."

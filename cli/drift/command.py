@@ -19,7 +19,7 @@ from cli.console import err, out
 from cli.drift.compare import DRIFT, ERROR, NA, OK, Row, exit_status
 from cli.drift.gather import drift
 from cli.drift.textfile import publish
-from fleet.problems import FleetError
+from fleet.read.problems import FleetError
 
 
 def to_json(rows: list[Row]) -> str:

@@ -14,7 +14,7 @@ here, e.g. a kernel parameter that is read-only in a container; not counted as d
 
 Example:
     >>> from fleet.load import load_text
-    >>> from fleet.render import host_plan
+    >>> from fleet.hostplan.render import host_plan
     >>> fleet = load_text("version: 1\\nhosts:\\n  a:\\n    address: sandbox\\n    vllm: "
     ...                   "{version: 0.32.0, variant: cpu}\\n", "f.yaml")
     >>> plan = host_plan(fleet, "a", secrets=lambda ref: "")
@@ -33,10 +33,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from cli.models import undeclared
-from fleet.health import gpu_problems, pcie_text
-from fleet.hostplan import HostPlan
-from fleet.plan import gib
-from fleet.stack import (
+from fleet.hostplan.stack import (
     DriverLayout,
     driver_layout,
     driver_matches,
@@ -44,6 +41,9 @@ from fleet.stack import (
     source_text,
     upstream_version,
 )
+from fleet.hostplan.types import HostPlan
+from fleet.judge.health import gpu_problems, pcie_text
+from fleet.planner.fit import gib
 
 OK, DRIFT, NA, ERROR = "ok", "drift", "n/a", "error"
 
@@ -117,7 +117,8 @@ def watched_files(plan: HostPlan) -> list[str]:
         paths.append(stack.governor.unit_path)
     if stack.serves:
         for server in plan.servers:
-            paths += [server.unit_path, server.env_path]
+            paths += [server.unit_path, server.env_path,
+                      *(f.path for f in (server.tls.files if server.tls else ()))]
     paths += [router.unit_path for router in plan.routers]
     return paths
 
@@ -327,6 +328,13 @@ def _vllm_rows(host: str, plan: HostPlan, facts: dict[str, Any]) -> Iterator[Row
                       "not compared: its secret is not available here", NA)  # fmt: skip
         else:
             yield _file_row(host, f"env {server.name}", server.env_path, env_text, digests)
+        for tls_file in server.tls.files if server.tls else ():
+            item = f"tls {tls_file.part} {server.name}"
+            if not tls_file.text:  # drift's plan blanks a file not readable here
+                yield Row(host, item, tls_file.path, "not compared: it is not available here",
+                          NA)
+            else:
+                yield _file_row(host, item, tls_file.path, tls_file.text, digests)
         state = units.get(server.unit, {})
         active = state.get("ActiveState", "?")
         yield Row(host, f"service {server.unit}", "active",
@@ -397,7 +405,7 @@ def upstream_release(version: str) -> str:
 
 def _gpu_health_rows(host: str, plan: HostPlan, facts: dict[str, Any]) -> Iterator[Row]:
     """Each card's PCIe link against its maximum and its uncorrected ECC errors
-    (:func:`fleet.health.gpu_problems`); nothing on hosts without the NVIDIA stack."""
+    (:func:`fleet.judge.health.gpu_problems`); nothing on hosts without the NVIDIA stack."""
     if plan.stack.nvidia is None or "health" not in facts:
         return
     health = facts["health"] or {"gpus": [], "error": "not read"}

@@ -29,6 +29,7 @@ from cli.drift.compare import (
     watched_units,
 )
 from cli.factsession import fact_inventory
+from cli.inventory import connection_data
 from cli.models import INSTALLER
 from facts.gpuhealth import GpuHealth
 from facts.gpus import NvidiaSmiGpus, PciGpus
@@ -44,12 +45,11 @@ from facts.nvidia import (
 from facts.router import FleetRouterUnits
 from facts.sysctl import SysctlWritable
 from facts.vllm import ModelManifest, VenvPackages
-from fleet.hostplan import HostPlan
-from fleet.inventory import connection_data
+from fleet.hostplan.render import host_plan
+from fleet.hostplan.secrets import read_secret
+from fleet.hostplan.types import HostPlan, ServerUnit
 from fleet.load import load_fleet
-from fleet.problems import FleetError
-from fleet.render import host_plan
-from fleet.secrets import read_secret
+from fleet.read.problems import FleetError
 
 
 def gather(pyinfra_host: Any, plan: HostPlan) -> dict[str, Any]:
@@ -121,7 +121,17 @@ def plan_or_error(fleet: Any, name: str, path: str) -> tuple[dict | None, HostPl
         if server.env_text is not None and marker in server.env_text else server
         for server in plan.servers
     )  # fmt: skip
+    servers = tuple(_tls_known(server, marker) for server in servers)
     return data, dataclasses.replace(plan, servers=servers), ""
+
+
+def _tls_known(server: ServerUnit, marker: str) -> ServerUnit:
+    """``server`` with each TLS file not readable here blanked (compared as "not available")."""
+    if server.tls is None:
+        return server
+    files = tuple(dataclasses.replace(f, text="") if marker in f.text else f
+                  for f in server.tls.files)
+    return dataclasses.replace(server, tls=dataclasses.replace(server.tls, files=files))
 
 
 def drift(path: str, only: str | None = None,

@@ -27,11 +27,11 @@ import time
 
 from cli import remote
 from cli.drift.compare import DRIFT, ERROR, Row
-from fleet.inventory import connection_data
+from cli.inventory import connection_data
+from fleet.catalog.paths import DRIFT_TEXTFILE
+from fleet.hostplan.render import host_plan
 from fleet.load import load_fleet
-from fleet.paths import DRIFT_TEXTFILE
-from fleet.problems import FleetError
-from fleet.render import host_plan
+from fleet.read.problems import FleetError
 
 #: Series written: name, help, which rows it counts.
 SERIES = (

@@ -30,18 +30,18 @@ from rich.console import Group
 from rich.live import Live
 
 from cli.console import err, out
+from cli.inventory import connection_data
 from cli.status import prometheus
 from cli.status.model import UP, FleetStatus, fleet_status
 from cli.status.probe import HostProbe, probe
 from cli.status.startup import Start, merge_recorded, starts
 from cli.status.view import screen, startup_table
-from fleet.hostplan import HostPlan
-from fleet.inventory import connection_data
+from fleet.hostplan.render import host_plan
+from fleet.hostplan.types import HostPlan
 from fleet.load import load_fleet
-from fleet.monitoring import monitoring_host, prometheus_is_remote_only, prometheus_url
-from fleet.problems import FleetError
-from fleet.render import host_plan
-from fleet.spec import Fleet
+from fleet.planner.monitoring import monitoring_host, prometheus_is_remote_only, prometheus_url
+from fleet.read.problems import FleetError
+from fleet.spec.models import Fleet
 
 
 def targets(

@@ -1,5 +1,5 @@
 """``fleet status`` as data: each server's and each GPU's row, judged against the healthy
-ranges of :mod:`fleet.health`. Pure: host probes (and Prometheus answers) in, rows out.
+ranges of :mod:`fleet.judge.health`. Pure: host probes (and Prometheus answers) in, rows out.
 
 A host that did not answer makes every one of its servers ``down`` with the reason; a server
 whose unit runs but whose ``/health`` does not answer is ``down`` too; ``starting`` while
@@ -21,12 +21,12 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from cli.bench.servermetrics import Scrape, histogram_quantile, parse_prometheus
 from cli.status.probe import HostProbe, monitoring_units
 from facts.gpuhealth import parse_health
 from facts.host import UnitStates
-from fleet import health
-from fleet.hostplan import HostPlan
+from fleet.hostplan.types import HostPlan
+from fleet.judge import health
+from loadgen.servermetrics import Scrape, histogram_quantile, parse_prometheus
 
 UP, STARTING, DOWN = "up", "starting", "down"
 TTFT = "vllm:time_to_first_token_seconds"
@@ -43,7 +43,7 @@ class ServerRow:
     + preemptions: since the server started; restarts: systemd's NRestarts
     + ttft_p50_s: median time to first token; ttft_window_s: over how many seconds (None:
       since the server started)
-    + levels: figure → ok | warn | bad | idle (:func:`fleet.health.level`)
+    + levels: figure → ok | warn | bad | idle (:func:`fleet.judge.health.level`)
     """
 
     host: str
@@ -67,7 +67,7 @@ class ServerRow:
 class GpuRow:
     """One GPU: memory, utilisation, temperature, power against its limit, PCIe link.
 
-    + problems: PCIe fallback and uncorrected ECC errors (:func:`fleet.health.gpu_problems`)
+    + problems: PCIe fallback and uncorrected ECC errors (:func:`fleet.judge.health.gpu_problems`)
     + throttle: clock-event reasons active now (thermal, power)
     """
 
@@ -176,7 +176,7 @@ def server_rows(
     """
     rows = []
     for server in plan.servers:
-        if server.refusal is not None or server.worker_hosts:
+        if server.worker_hosts:  # a server across hosts: not probed (yet)
             continue
         row = ServerRow(
             found.host, server.name, server.served_name, server.port, DOWN, found.error or ""
@@ -248,7 +248,7 @@ def monitor_rows(plan: HostPlan, found: HostProbe) -> list[MonitorRow]:
 
 
 def judge_server(row: ServerRow) -> None:
-    """Set ``row.levels`` from its figures (:func:`fleet.health.level`)."""
+    """Set ``row.levels`` from its figures (:func:`fleet.judge.health.level`)."""
     levels = {"health": {UP: health.OK, STARTING: health.WARN}.get(row.health, health.BAD)}
     for key, value in (
         ("waiting", row.waiting),

@@ -24,8 +24,8 @@ from typing import Any
 
 from cli import remote
 from facts.gpuhealth import HEALTH_COMMAND
-from fleet.hostplan import HostPlan
-from fleet.paths import startup_record
+from fleet.catalog.paths import startup_record
+from fleet.hostplan.types import HostPlan, ServerUnit
 
 #: The systemd properties read per server unit.
 UNIT_PROPERTIES = (
@@ -60,8 +60,10 @@ class HostProbe:
     seconds: float = 0.0
 
 
-def _request(port: int, path: str, env_file: str) -> str:
-    payload = {"port": port, "path": path, "body": None, "auth": False, "env_file": env_file}
+def _request(server: ServerUnit, path: str) -> str:
+    """The shell line that asks ``path`` of a server where its plan reaches it (no key)."""
+    payload = {"url": server.url, "port": server.port, "path": path, "body": None,
+               "auth": False, "env_file": server.env_path, **server.reach.trust}
     return f"printf %s {shlex.quote(json.dumps(payload))} | {remote.REQUEST_COMMAND}"
 
 
@@ -74,7 +76,7 @@ def probe_script(plan: HostPlan, startup: bool = False, gpus: bool = True) -> st
 
     Example:
         >>> from fleet.load import load_text
-        >>> from fleet.render import host_plan
+        >>> from fleet.hostplan.render import host_plan
         >>> fleet = load_text("version: 1\\nmodels: {m: {url: 'https://x/m.tar.gz', sha256: "
         ...     "'" + "0" * 64 + "'}}\\nhosts:\\n  a:\\n    address: sandbox\\n    vllm: "
         ...     "{version: 0.32.0, variant: cpu}\\n    servers: {s: {model: m, port: 18000}}\\n",
@@ -86,16 +88,16 @@ def probe_script(plan: HostPlan, startup: bool = False, gpus: bool = True) -> st
     q = shlex.quote
     lines = []
     for server in plan.servers:
-        if server.refusal is not None or server.worker_hosts:
+        if server.worker_hosts:  # a server across hosts: not probed (yet)
             continue
         lines += [
             f"echo {q(MARKER + 'unit ' + server.name)}",
             f"systemctl show --no-pager -p {','.join(UNIT_PROPERTIES)} {q(server.unit)} "
             "2>&1 || true",
             f"echo {q(MARKER + 'http-health ' + server.name)}",
-            f"{_request(server.port, '/health', server.env_path)} 2>&1 || true",
+            f"{_request(server, '/health')} 2>&1 || true",
             f"echo {q(MARKER + 'metrics ' + server.name)}",
-            f"{_request(server.port, '/metrics', server.env_path)} 2>&1 || true",
+            f"{_request(server, '/metrics')} 2>&1 || true",
         ]
         if startup:
             lines += [
@@ -121,7 +123,7 @@ def monitoring_units(plan: HostPlan) -> list[tuple[str, str]]:
 
     Example:
         >>> from fleet.load import load_text
-        >>> from fleet.render import host_plan
+        >>> from fleet.hostplan.render import host_plan
         >>> fleet = load_text("version: 1\\nmonitoring: {host: a}\\nhosts:\\n  a:\\n    address: "
         ...     "sandbox\\n    vllm: {version: 0.32.0, variant: cpu}\\n", "f.yaml")
         >>> monitoring_units(host_plan(fleet, "a", secrets=lambda ref: ""))

@@ -19,7 +19,7 @@ from rich.text import Text
 
 from cli.status.model import FleetStatus
 from cli.status.startup import PHASES, Start
-from fleet.health import BAD, IDLE, OK, WARN
+from fleet.judge.health import BAD, IDLE, OK, WARN
 
 COLOURS = {OK: "green", WARN: "yellow", BAD: "bold red", IDLE: "dim"}
 

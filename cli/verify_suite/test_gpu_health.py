@@ -1,6 +1,6 @@
 """GPU health of each server's host, checked by ``fleet verify`` where the NVIDIA stack is
 declared: every card's PCIe link at its maximum generation and width (a lower generation in an
-idle power state is power saving), and no uncorrected ECC error (:mod:`fleet.health`).
+idle power state is power saving), and no uncorrected ECC error (:mod:`fleet.judge.health`).
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import pytest
 from conftest import Target
 
 from facts.gpuhealth import HEALTH_COMMAND, parse_health
-from fleet.health import gpu_problems
+from fleet.judge.health import gpu_problems
 
 
 def health(target: Target) -> dict:

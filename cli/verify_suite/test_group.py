@@ -11,7 +11,7 @@ import shlex
 import pytest
 from conftest import Target
 
-from fleet.paths import remote_program
+from fleet.catalog.paths import remote_program
 
 
 def test_worker_has_joined_its_head(target: Target) -> None:

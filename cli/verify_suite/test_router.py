@@ -16,7 +16,8 @@ from cli.remote import REQUEST_COMMAND
 
 def http(target: RouterTarget, path: str, body: dict | None = None, auth: bool = True) -> dict:
     """An HTTP request to the router, made on its host; returns {status, body}."""
-    payload = {"port": target.router.port, "path": path, "body": body, "auth": auth,
+    payload = {"url": target.router.url, "port": target.router.port, "path": path, "body": body,
+               "auth": auth,
                "env_file": target.router.env_path}  # fmt: skip
     result = target.host.run(f"printf %s {shlex.quote(json.dumps(payload))} | {REQUEST_COMMAND}")
     assert result.rc == 0, result.stderr

@@ -6,6 +6,7 @@ to loopback by default), with the API key read there from the server's environme
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shlex
 
@@ -18,11 +19,13 @@ from cli.remote import REQUEST_COMMAND
 def http(target: Target, path: str, body: dict | None = None, auth: bool = True) -> dict:
     """An HTTP request to the server, made on its host; returns {status, body}."""
     payload = {
+        "url": target.server.url,
         "port": target.server.port,
         "path": path,
         "body": body,
         "auth": auth,
         "env_file": target.server.env_path,
+        **target.server.reach.trust,
     }
     command = f"printf %s {shlex.quote(json.dumps(payload))} | {REQUEST_COMMAND}"
     result = target.host.run(command)
@@ -71,6 +74,35 @@ def test_port_is_listened_on_by_the_vllm_process(target: Target) -> None:
     )
     owners = target.host.run(f"ss -Hltnp 'sport = :{port}'").stdout
     assert f"pid={main_pid}," in owners, owners
+
+
+def test_tls_files_are_private(target: Target) -> None:
+    """A TLS server's files: root's, 0600, as rendered (the unit hands them on by
+    LoadCredential=)."""
+    if target.server.tls is None:
+        pytest.skip("no tls")
+    for tls_file in target.server.tls.files:
+        found = target.host.file(tls_file.path)
+        assert (found.user, found.group, found.mode) == ("root", "root", 0o600), tls_file.path
+        # compared by digest: a key's text never reaches an assertion's message
+        on_host = hashlib.sha256(found.content_string.strip().encode()).hexdigest()
+        deployed = hashlib.sha256(tls_file.text.strip().encode()).hexdigest()
+        assert on_host == deployed, f"{tls_file.path} differs from the fleet file's: redeploy"
+
+
+def test_served_certificate_is_the_deployed_one(target: Target) -> None:
+    serves_api(target)
+    if target.server.tls is None:
+        pytest.skip("no tls")
+    payload = {"url": target.server.url, "port": target.server.port, "certificate": True,
+               **target.server.reach.trust}
+    command = f"printf %s {shlex.quote(json.dumps(payload))} | {REQUEST_COMMAND}"
+    result = target.host.run(command)
+    assert result.rc == 0, result.stderr
+    served = json.loads(result.stdout)["certificate"]
+    assert served == target.server.tls.fingerprint, (
+        f"{target.server.url} serves a certificate of SHA-256 {served}, the deployed one is "
+        f"{target.server.tls.fingerprint}: restart {target.server.unit} (or redeploy)")
 
 
 def test_health_answers_200(target: Target) -> None:

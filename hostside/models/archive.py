@@ -187,9 +187,16 @@ def unpack(
     if raw is not None:
         raw.close()
     if proc is not None:
-        if proc.poll() is None:
+        assert proc.stdout is not None
+        if failure is None:
+            # tar stops at its end marker; zstd may still be writing the padding after it, or
+            # not have exited yet (a busy machine): read it to its end, never kill it here
+            while proc.stdout.read(CHUNK):
+                pass
+        elif proc.poll() is None:
             proc.kill()
         proc.wait()
+        proc.stdout.close()
         assert proc.stderr is not None
         problem = proc.stderr.read().decode(errors="replace").strip()
         proc.stderr.close()

@@ -1,7 +1,9 @@
 """``fleet bench`` against the real CPU vLLM on a sandbox host, directly and through SSH.
 
 Deploys the committed tiny model to the session's shared vLLM host (tests/e2e/conftest.py;
-server ``bench`` on port 18300, retiring the servers of a module before; a name of its own, so
+server ``bench`` on 127.0.0.2, port 18300, so that every probe must reach it where it listens:
+the deploy's readiness wait and completion, ``fleet verify``, ``fleet complete``, ``fleet
+bench`` and ``fleet status``; retiring the servers of a module before; a name of its own, so
 that no module's server inherits another's saved configuration), then runs one short ladder (1, 2)
 with the fleet's API key, and one step through an SSH local port forward over the host's sshd.
 Then ``fleet bench --plan`` with a plan file on the whole host (baseline of 3, ladder 1, 2, a
@@ -33,10 +35,15 @@ SERVER_PORT = e2e.BENCH_PORT
 API_KEY = "bench-e2e-5b8d2e"
 ENV = {"FLEET_BENCH_E2E_KEY": API_KEY}
 OUTPUT_LEN = 16
+#: The server listens on an address of its own (sandbox hosts share this machine's network, and
+#: the whole 127.0.0.0/8 is loopback): every probe and client of the tool must reach it there,
+#: never at 127.0.0.1 (`fleet/planner/reach.py`).
+BIND = "127.0.0.2"
 
 FLEET = e2e.fleet_header(HOST) + f"""\
       bench:
         model: tiny-llama
+        host: {BIND}
         port: {SERVER_PORT}
         served_model_name: tiny-bench
         api_key: {{env: FLEET_BENCH_E2E_KEY}}
@@ -52,6 +59,21 @@ def deployed(vllm_host, testmodel_server, tmp_path_factory: pytest.TempPathFacto
     result = e2e.deploy(fleet, ENV)
     assert result.returncode == 0, e2e.output(result)[-4000:]
     return fleet
+
+
+def test_the_server_listens_only_on_its_own_address(deployed: Path) -> None:
+    listening = e2e.on_host(f"ss -Hltn 'sport = :{SERVER_PORT}'").stdout.split()
+    assert f"{BIND}:{SERVER_PORT}" in listening, listening
+    assert f"127.0.0.1:{SERVER_PORT}" not in listening, listening
+
+
+def test_verify_and_complete_reach_it_where_it_listens(deployed: Path) -> None:
+    verified = e2e.fleet_cli(deployed, "verify", str(deployed), "-q", env=ENV)
+    assert verified.returncode == 0, e2e.output(verified)[-4000:]
+    completed = e2e.fleet_cli(deployed, "complete", str(deployed), "--prompt", "Hello", env=ENV)
+    assert completed.returncode == 0, e2e.output(completed)[-3000:]
+    assert "answered" in completed.stdout, completed.stdout
+    assert API_KEY not in e2e.output(verified) + e2e.output(completed)
 
 
 def bench(fleet: Path, out: Path, *extra: str) -> tuple[subprocess.CompletedProcess, dict]:
@@ -88,11 +110,20 @@ def test_output_lengths_are_exact_and_from_usage(ladder) -> None:
 def test_timings_are_plausible(ladder) -> None:
     _, report = ladder
     for step in report["steps"]:
-        # On 2 busy cores the CPU vLLM sometimes sends a whole short answer in one burst
-        # (TTFT == E2E for that request); never all six of a step.
-        assert 0 < step["ttft_ms"]["p50"] <= step["e2e_ms"]["p50"]
-        assert step["ttft_ms"]["mean"] < step["e2e_ms"]["mean"]
-        assert 0 < step["tpot_ms"]["mean"] < step["e2e_ms"]["mean"] / 2
+        ttft, e2e_ms, tpot = step["ttft_ms"], step["e2e_ms"], step["tpot_ms"]
+        # A request's first token never comes after its last: per request, so per figure.
+        for key in ("min", "p50", "mean", "max"):
+            assert 0 < ttft[key] <= e2e_ms[key], (key, step)
+        assert 0 <= tpot["mean"] < e2e_ms["mean"] / 2
+        # Where the server streamed (token chunks apart in time), the stream was measured:
+        # TTFT before E2E. The CPU vLLM on 2 busy cores may hand a short answer over in one
+        # burst (a CI run had all six of a step so: TTFT == E2E, no gap, TPOT 0); it is
+        # measured as it arrived, and a burst is what the user saw too.
+        if step["itl_ms"]["count"] and step["itl_ms"]["max"] > 0:
+            assert ttft["mean"] < e2e_ms["mean"], step
+            assert tpot["mean"] > 0, step
+        else:
+            assert ttft["mean"] == e2e_ms["mean"] and tpot["mean"] == 0, step
         assert step["goodput"]["good"] == 6
 
 

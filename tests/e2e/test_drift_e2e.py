@@ -32,7 +32,7 @@ from tests.support.standin_nvidia.hardware import hgx_h200, install
 pytestmark = pytest.mark.e2e
 
 HOST = "gpu-e2e"
-REPO_PORT = 18410
+REPO_PORT = 18800  # outside every block of tests.support.e2e: this module runs beside them
 
 FLEET = """\
 # yaml-language-server: $schema={schema}

@@ -14,6 +14,7 @@ replicas untouched; and a last deploy that changes nothing and runs no canary.
 from __future__ import annotations
 
 import json
+import re
 import threading
 import time
 import urllib.error
@@ -25,6 +26,7 @@ import pytest
 
 from tests.support import e2e
 from tests.support.e2e import changes, on_host, output
+from tests.support.wait import wait_until
 
 pytestmark = pytest.mark.e2e
 
@@ -114,6 +116,18 @@ def complete(timeout: float = 60) -> str:
         return json.load(reply)["choices"][0]["text"]
 
 
+def chat(timeout: float = 60) -> str:
+    """One chat completion through the router."""
+    body = json.dumps({"model": "tiny", "max_tokens": 4,
+                       "messages": [{"role": "user", "content": "Hello"}]}).encode()
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{ROUTER_PORT}/v1/chat/completions", data=body,
+        headers={"Content-Type": "application/json", "Authorization": f"Bearer {KEY}"},
+    )  # fmt: skip
+    with urllib.request.urlopen(request, timeout=timeout) as reply:
+        return json.load(reply)["choices"][0]["message"]["content"]
+
+
 class Load:
     """A steady small load through the router while the block runs: ``clients`` clients, each
     waiting ``pause`` seconds between its requests (two CPU vLLMs on two cores: a replica
@@ -151,6 +165,12 @@ class Load:
         for thread in self._threads:
             thread.join(timeout=90)
         print(f"load through the router: {dict(self.results)}")
+
+    def wait_for(self, more: int, timeout: float = 60) -> None:
+        """Return once ``more`` requests more than now were answered."""
+        goal = self.results["ok"] + more
+        wait_until(lambda: self.results["ok"] >= goal, timeout, interval=0.2,
+                   message=lambda: f"the load got no {more} answers: {dict(self.results)}")
 
     @property
     def failed(self) -> int:
@@ -231,11 +251,11 @@ def rolled(converge, tmp_path_factory: pytest.TempPathFactory):
     fleet = write_fleet(tmp_path_factory.mktemp("rolled") / "fleet.yaml", seqs=3,
                         canary=CANARY + ", ttft_margin: 1, tpot_margin: 1, floor_ms: 250")
     with Load() as load:
-        time.sleep(2)
+        load.wait_for(2)  # the load runs before the rollout starts
         started = time.monotonic()
         result = e2e.deploy(fleet, ENV)
         took = time.monotonic() - started
-        time.sleep(2)
+        load.wait_for(2)  # and still after it ends
     if result.returncode == 0:
         DEPLOYED["seqs"] = 3
     print(f"rolled deploy: {took:.0f} s")
@@ -282,23 +302,24 @@ def test_rolling_update_passes_its_canary_with_both_figures_in_the_output(rolled
 
 
 def test_a_killed_replica_is_routed_around_and_rejoins(converge) -> None:
+    def workers() -> list[dict]:
+        return json.loads(on_host(f"curl -s http://127.0.0.1:{ROUTER_PORT}/workers").stdout
+                          )["workers"]  # fmt: skip
+
     with Load() as load:
-        time.sleep(2)
+        load.wait_for(2)
         on_host(f"kill -9 {main_pid(UNIT_B, HOST_B)}", host=HOST_B)
-        killed, ok_at_kill = time.time(), load.results["ok"]
-        time.sleep(10)
-        ok_after_kill = load.results["ok"] - ok_at_kill
-        deadline = time.time() + 120
-        while time.time() < deadline:
-            if on_host(f"curl -sf http://127.0.0.1:{PORT_B}/health", host=HOST_B).returncode == 0:
-                break
-            time.sleep(2)
-        time.sleep(6)  # two health checks of the router
+        killed = time.time()
+        # requests keep being answered (by tiny-a) while tiny-b is down
+        load.wait_for(3, timeout=30)
+        wait_until(lambda: on_host(f"curl -sf http://127.0.0.1:{PORT_B}/health",
+                                   host=HOST_B).returncode == 0, 120, interval=2,
+                   message="tiny-b never answered /health again")
+        # the router's own health checks (every 2 s) take it back
+        wait_until(lambda: all(w["is_healthy"] for w in workers()), 30, interval=1,
+                   message=lambda: f"the router never took tiny-b back: {workers()}")
     print(f"after SIGKILL: failures {[(round(t - killed, 1), k) for t, k in load.failures]}")
-    assert ok_after_kill > 0
     assert on_host(f"systemctl is-active {UNIT_B}", host=HOST_B).stdout.strip() == "active"
-    workers = json.loads(on_host(f"curl -s http://127.0.0.1:{ROUTER_PORT}/workers").stdout)
-    assert all(worker["is_healthy"] for worker in workers["workers"]), workers
 
 
 @pytest.fixture(scope="module")
@@ -402,14 +423,15 @@ def test_a_failed_canary_leaves_both_replicas_on_their_old_configuration(failed_
 
 @pytest.fixture(scope="module")
 def router_restarted(failed_rollout, failed_canary, tmp_path_factory: pytest.TempPathFactory):
-    """The router's policy changed: the router restarts, the replicas do not."""
+    """The router's policy changed (round_robin → cache_aware, the router's default, which
+    asks a replica to render each request first): the router restarts, the replicas do not."""
     before = {
         "router": main_pid(ROUTER_UNIT, HOST_A),
         UNIT_A: main_pid(UNIT_A, HOST_A),
         UNIT_B: main_pid(UNIT_B, HOST_B),
     }
     fleet = write_fleet(tmp_path_factory.mktemp("policy") / "fleet.yaml", seqs=DEPLOYED["seqs"],
-                        policy="power_of_two", canary=CANARY)  # fmt: skip
+                        policy="cache_aware", canary=CANARY)  # fmt: skip
     result = e2e.deploy(fleet, ENV)
     between = {
         "router": main_pid(ROUTER_UNIT, HOST_A),
@@ -431,8 +453,28 @@ def test_router_restart_leaves_the_replicas_alone(router_restarted) -> None:
     assert main_pid(ROUTER_UNIT, HOST_A) != before["router"]
     assert main_pid(UNIT_A, HOST_A) == before[UNIT_A]
     assert main_pid(UNIT_B, HOST_B) == before[UNIT_B]
-    assert "--policy power_of_two" in on_host(f"systemctl cat {ROUTER_UNIT}").stdout
+    assert "--policy cache_aware" in on_host(f"systemctl cat {ROUTER_UNIT}").stdout
     assert complete()
+
+
+def test_every_call_the_router_makes_to_a_replica_succeeds(router_restarted) -> None:
+    """vllm-router's cache_aware policy posts ``/v1/completions/render`` (and the chat one)
+    to a replica before each request: every replica serves them (``--enable-scale-out``), so
+    no 403 (vLLM's answer without the flag, once per request), and no other refusal."""
+    since = on_host("date +%s").stdout.strip()
+    for _ in range(3):
+        assert complete()
+        assert chat()
+    lines = []
+    for host, unit in ((HOST_A, UNIT_A), (HOST_B, UNIT_B)):
+        journal = on_host(f"journalctl -u {unit} --since @{since} --no-pager -o cat",
+                          host=host).stdout
+        lines += [line for line in journal.splitlines() if '" ' in line and "HTTP/1.1" in line]
+    print("replica access lines:\n  " + "\n  ".join(lines))
+    render = [line for line in lines if "/render HTTP" in line]
+    assert render, lines  # the router did ask (else the check below proves nothing)
+    refused = [line for line in lines if not re.search(r'HTTP/1\.1" 2\d\d ', line)]
+    assert refused == [], refused
 
 
 def test_second_deploy_changes_nothing_and_restarts_nothing(router_restarted) -> None:
@@ -446,7 +488,7 @@ def test_second_deploy_changes_nothing_and_restarts_nothing(router_restarted) ->
 def test_fleet_verify_checks_the_router(router_restarted, tmp_path: Path) -> None:
     """``fleet verify``'s router checks against the deployed endpoint (release, unit, port,
     user, /health, every replica healthy, a completion through it)."""
-    fleet = write_fleet(tmp_path / "fleet.yaml", seqs=DEPLOYED["seqs"], policy="power_of_two",
+    fleet = write_fleet(tmp_path / "fleet.yaml", seqs=DEPLOYED["seqs"], policy="cache_aware",
                         canary=CANARY)
     result = e2e.fleet_cli(fleet, "verify", str(fleet), "-k", "router", "-q", env=ENV)
     assert result.returncode == 0, output(result)[-5000:]

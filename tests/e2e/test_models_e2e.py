@@ -28,7 +28,7 @@ from pathlib import Path
 import pytest
 
 from facts.models import ModelCheck
-from fleet.paths import program_command, remote_program
+from fleet.catalog.paths import program_command, remote_program
 from tests.support import e2e
 from tests.support.e2e import ALPHA_PORT, BETA_PORT, changed_rows, deploy, on_host, output
 from tests.support.faultserver import FaultServer

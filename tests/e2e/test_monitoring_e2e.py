@@ -21,12 +21,13 @@ from pathlib import Path
 
 import pytest
 
+from cli.inventory import connection_data
 from cli.status import prometheus
-from fleet.inventory import connection_data
+from fleet.catalog.paths import PROMETHEUS_CONFIG, PROMETHEUS_DIR, remote_program
 from fleet.load import load_fleet
-from fleet.monitoring import prometheus_url
-from fleet.paths import PROMETHEUS_CONFIG, PROMETHEUS_DIR, remote_program
+from fleet.planner.monitoring import prometheus_url
 from tests.support import e2e
+from tests.support.wait import wait_until
 
 pytestmark = pytest.mark.e2e
 
@@ -95,13 +96,7 @@ def targets(url: str) -> dict[tuple[str, str], str]:
 
 def eventually(check, timeout: float = 60):
     """``check()``'s first truthy answer within ``timeout`` seconds (its last answer fails)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        answer = check()
-        if answer or time.monotonic() > deadline:
-            assert answer, f"still {answer!r} after {timeout} s"
-            return answer
-        time.sleep(1)
+    return wait_until(check, timeout, interval=1)
 
 
 @pytest.fixture(scope="module")

@@ -20,8 +20,7 @@ from pyinfra.api import Config, Inventory, State
 from pyinfra.api.state import StateStage
 from pyinfra.context import ctx_host, ctx_state
 
-from fleet.hostplan import HostPlan
-from fleet.inventory import PLAN_KEY
+from fleet.hostplan.types import PLAN_KEY, HostPlan
 
 #: Facts a fresh host answers (nothing installed, no unit known); any other fact: None.
 FRESH_FACTS: dict[str, Any] = {"SystemdStatus": {}, "SystemdEnabled": {}}

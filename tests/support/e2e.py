@@ -35,6 +35,8 @@ ALPHA_PORT, BETA_PORT = 18200, 18201
 BENCH_PORT = 18300
 #: The bench module's second server, for the plan's mixed stage (two servers on one host).
 BENCH_PORT_B = 18301
+#: The TLS module's server (https only).
+TLS_PORT = 18110
 #: Port blocks of the areas that came later, 20 each, declared on both shared hosts:
 #: endpoints and routers, multi-node groups, monitoring (Prometheus, exporters), fleet doctor.
 ENDPOINT_PORTS = list(range(18400, 18420))
@@ -42,7 +44,7 @@ MULTINODE_PORTS = list(range(18500, 18520))
 MONITORING_PORTS = list(range(18600, 18620))
 DOCTOR_PORTS = list(range(18700, 18720))
 VLLM_HOST_PORTS = [
-    LIFECYCLE_PORT, ALPHA_PORT, BETA_PORT, BENCH_PORT, BENCH_PORT_B,
+    LIFECYCLE_PORT, TLS_PORT, ALPHA_PORT, BETA_PORT, BENCH_PORT, BENCH_PORT_B,
     *ENDPOINT_PORTS, *MULTINODE_PORTS, *MONITORING_PORTS, *DOCTOR_PORTS,
 ]  # fmt: skip
 #: The second shared host, for what needs two (replicas behind a router, a group across

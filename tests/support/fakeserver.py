@@ -18,7 +18,7 @@ Example:
     >>> Script.parse("ttft=0.2,itl=0.05,chunks=6,usage=0")
     Script(ttft=0.2, itl=0.05, chunks=6, tokens_per_chunk=1, role_chunk=True, empty_chunks=False, blank_tokens=False, usage=False, status=200, hang=0.0, error_after=None, drop_after=None, batch=False, fail_every=None, drift=0.0)
 
-Run one from a shell: ``python -m cli.bench.fakeserver --port 18390 --batch``.
+Run one from a shell: ``python -m tests.support.fakeserver --port 18390 --batch``.
 """  # noqa: E501
 
 from __future__ import annotations
@@ -163,6 +163,8 @@ class FakeServer:
     + api_key: the bearer token it requires (None: none)
     + device: the shared GPU it runs on (None: it has one to itself, with no limit)
     + leak_bytes: resident memory it gains per request (``/metrics``)
+    + render: answer ``/v1/completions/render`` and ``/v1/chat/completions/render`` with token
+      ids, as vLLM ≥ 0.30 does with ``--enable-scale-out``; False: 403, as it does without
 
     Example (starts a real server, so not run here):
         with FakeServer(script=Script(ttft=0.1, itl=0.02)) as server:
@@ -171,8 +173,10 @@ class FakeServer:
 
     def __init__(self, port: int = 0, script: Script | None = None,
                  api_key: str | None = None, device: SharedDevice | None = None,
-                 leak_bytes: int = 0):
+                 leak_bytes: int = 0, render: bool = True):
         self.port = port
+        self.render = render
+        self.render_calls: list[tuple[str, int]] = []
         self.device = device
         self.leak_bytes = leak_bytes
         self._first: float | None = None
@@ -181,6 +185,9 @@ class FakeServer:
         self.requests = 0
         self.in_flight = 0
         self.ttft_observed: list[float] = []
+        #: per request, the perf_counter moments at which each token-bearing chunk was written
+        #: (the truth a client's TTFT, ITL and E2E are compared with when it runs in-process)
+        self.token_moments: list[list[float]] = []
         self.authorizations: list[str | None] = []
         self._vocab: dict[str, int] = {}
         self._words: list[str] = []
@@ -197,6 +204,8 @@ class FakeServer:
         app.router.add_get("/health", self._health)
         app.router.add_get("/v1/models", self._models)
         app.router.add_post("/tokenize", self._tokenize)
+        app.router.add_post("/v1/completions/render", self._render)
+        app.router.add_post("/v1/chat/completions/render", self._render)
         app.router.add_post("/detokenize", self._detokenize)
         return app
 
@@ -218,6 +227,35 @@ class FakeServer:
                 self._words.append(word)
             tokens.append(self._vocab[word])
         return web.json_response({"count": len(tokens), "tokens": tokens})
+
+    def _ids(self, text: str) -> list[int]:
+        ids = []
+        for word in text.split():
+            if word not in self._vocab:
+                self._vocab[word] = len(self._words)
+                self._words.append(word)
+            ids.append(self._vocab[word])
+        return ids or [0]
+
+    async def _render(self, request: Any) -> Any:
+        """vLLM's render endpoints: the prompt's token ids (a ``GenerateRequest``; a list of
+        them for completions), or vLLM's 403 without ``--enable-scale-out``."""
+        if not self.render:
+            self.render_calls.append((request.path, 403))
+            return web.json_response({"error": {"message": "Scale-out endpoints are disabled",
+                                                "type": "PermissionDeniedError", "code": 403}},
+                                     status=403)
+        body = await request.json()
+        if request.path == "/v1/chat/completions/render":
+            text = " ".join(str(m.get("content", "")) for m in body.get("messages") or [])
+        else:
+            text = str(body.get("prompt", ""))
+        item = {"request_id": f"render-{len(self.render_calls)}", "token_ids": self._ids(text),
+                "sampling_params": {"max_tokens": body.get("max_tokens")},
+                "model": body.get("model")}
+        self.render_calls.append((request.path, 200))
+        chat = request.path == "/v1/chat/completions/render"
+        return web.json_response(item if chat else [item])
 
     async def _detokenize(self, request: Any) -> Any:
 
@@ -265,6 +303,8 @@ class FakeServer:
         self.requests += 1
         self.in_flight += 1
         start = time.perf_counter()
+        moments: list[float] = []
+        self.token_moments.append(moments)
         if self._first is None:
             self._first = start
         if self.device is not None:
@@ -300,6 +340,7 @@ class FakeServer:
                 if script.empty_chunks:
                     await send(_no_token_chunk(chat))
                 blank = script.blank_tokens and index % 2 == 0
+                moments.append(time.perf_counter())  # before the write: no byte is out yet
                 await send(_chunk(chat, "" if blank else f" w{index}"))
                 if index == 0:
                     self.ttft_observed.append(time.perf_counter() - start)
@@ -365,14 +406,17 @@ class FakeServer:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m cli.bench.fakeserver --port N [--batch] [--ttft S] [--itl S]``."""
-    parser = argparse.ArgumentParser(prog="python -m cli.bench.fakeserver")
+    """``python -m tests.support.fakeserver --port N [--batch] [--ttft S] [--itl S]``."""
+    parser = argparse.ArgumentParser(prog="python -m tests.support.fakeserver")
     parser.add_argument("--port", type=int, default=18390)
     parser.add_argument("--ttft", type=float, default=0.0)
     parser.add_argument("--itl", type=float, default=0.0)
     parser.add_argument("--batch", action="store_true", help="write each stream at once")
+    parser.add_argument("--refuse-render", action="store_true",
+                        help="answer the render endpoints 403, as vLLM without --enable-scale-out")
     args = parser.parse_args(argv)
-    server = FakeServer(args.port, Script(ttft=args.ttft, itl=args.itl, batch=args.batch))
+    server = FakeServer(args.port, Script(ttft=args.ttft, itl=args.itl, batch=args.batch),
+                        render=not args.refuse_render)
 
     async def forever() -> None:
         await server.start_async()

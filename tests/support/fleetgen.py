@@ -35,6 +35,19 @@ HOSTILE_WORDS = [
     "9" * 25, "9" * 400, "-" + "9" * 30, "x" * 300, "Qwen/Qwen3-8B", "0-1", "128k",
 ]
 NAMES = st.sampled_from(["a", "box", "gpu-1", "m", "chat", "models", "previous", "x.y", "A", "1"])
+#: Keys of ``hosts:``: names, and ranges (fleet.spec.hostranges) good and bad — one that makes
+#: a name above (gpu-1), counts down, pads unevenly, is huge, is not Ansible's form.
+HOST_KEYS = st.one_of(NAMES, st.sampled_from([
+    "gpu-[1:3]", "gpu-[01:10:3]", "n[a:c]", "r[1:2]-g[1:2]", "gpu-[3:1]", "gpu-[01:100]",
+    "gpu-[]", "gpu-[1-3]", "gpu-[0:999999999]", "[1:2]", "gpu-[A:B]", "gpu-[1:2",
+    "gpus", "serving",  # groups of tests/data/inventories/site.ini, for a block's inventory
+]))
+#: A block's ``inventory`` (from tests/unit/fleet/fuzz.yaml's folder): the test inventories,
+#: and paths that must never be read as one.
+INVENTORIES = st.sampled_from([
+    "../../data/inventories/site.ini", "../../data/inventories/site.yml", "missing.ini",
+    "/dev/zero", "/etc/shadow", "~/.ssh/id_ed25519", "/proc/self/environ", "",
+])
 
 
 _HOSTILE = st.lists(st.one_of(
@@ -130,9 +143,11 @@ def hosts(draw: Any) -> dict[str, Any]:
     """A host entry: address, vllm, optional gpus/os/ssh, servers."""
     variant = draw(st.sampled_from(["cpu", "cu129", "cu130"]))
     out: dict[str, Any] = {
-        "address": draw(either(st.sampled_from(["10.0.0.1", "sandbox", "gpu-01.lan"]))),
+        "address": draw(either(st.sampled_from(["10.0.0.1", "sandbox", "gpu-01.lan",
+                                                "10.0.0.1/24", "10.0.0.254/24", "{name}.lan",
+                                                "255.255.255.255"]))),
         "vllm": draw(either(st.fixed_dictionaries({
-            "version": either(st.sampled_from(["0.11.0", "0.32.0"])),
+            "version": either(st.sampled_from(["0.11.0", "0.10.1.1", "0.32.0"])),
             "variant": st.just(variant)}))),
     }
     if variant != "cpu" or draw(st.booleans()):
@@ -148,6 +163,10 @@ def hosts(draw: Any) -> dict[str, Any]:
     _optional(draw, out, "ssh", st.fixed_dictionaries(
         {}, optional={"user": hostile_strings(), "port": numbers(), "key": hostile_strings()}))
     out["servers"] = draw(st.dictionaries(NAMES, servers(), max_size=2))
+    if draw(st.integers(0, 5)) == 0:  # a group of an Ansible inventory, not one host
+        out["inventory"] = draw(either(INVENTORIES))
+        if draw(st.booleans()):
+            del out["address"]
     return out
 
 
@@ -162,7 +181,7 @@ def fleet_documents(draw: Any) -> dict[str, Any]:
             "ssh": st.fixed_dictionaries({"user": hostile_strings()}),
         })))
     doc["models"] = draw(st.dictionaries(NAMES, models(), max_size=2))
-    doc["hosts"] = draw(st.dictionaries(NAMES, hosts(), min_size=1, max_size=2))
+    doc["hosts"] = draw(st.dictionaries(HOST_KEYS, hosts(), min_size=1, max_size=2))
     if draw(st.integers(0, 9)) == 0:
         doc[draw(hostile_strings())] = draw(junk())
     return doc

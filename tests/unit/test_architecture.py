@@ -10,26 +10,55 @@ exception.
 from __future__ import annotations
 
 import ast
+import re
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+import hostside
+
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ["fleet", "facts", "operations", "deploys", "hostside", "cli", "sandbox"]
+PACKAGES = [
+    "fleet", "facts", "operations", "deploys", "hostside", "loadgen", "cli", "sandbox",
+]
 #: Which of the tool's packages each package may import (itself included).
 ALLOWED = {
-    "hostside": {"hostside"},
+    "hostside": {"hostside", "loadgen"},
+    "loadgen": {"loadgen"},
     "sandbox": {"sandbox"},
-    "fleet": {"fleet", "hostside", "sandbox"},
+    "fleet": {"fleet", "hostside"},
     "facts": {"facts", "hostside"},
     "operations": {"operations", "facts", "fleet", "hostside"},
     "deploys": {"deploys", "operations", "facts", "fleet", "hostside"},
-    "cli": {"cli", "facts", "fleet", "hostside", "sandbox"},
+    "cli": {"cli", "facts", "fleet", "hostside", "loadgen", "sandbox"},
 }
-#: Third-party libraries a package must not import: the model never talks to hosts or people.
-FORBIDDEN_LIBRARIES = {"fleet": {"pyinfra", "rich", "testinfra", "aiohttp", "matplotlib"}}
+#: The rooms inside fleet/, in pipeline order (docs/architecture.md has the map), and which
+#: rooms each may import (itself included). ``load`` is fleet/load.py, the one entry. Every
+#: arrow points back along the pipeline; checks and hostplan are siblings after the planner and
+#: never import each other (what both need lives in catalog or planner).
+ROOMS = {
+    "read": {"read"},
+    "catalog": {"catalog"},
+    "spec": {"spec", "read", "catalog"},
+    "planner": {"planner", "read", "spec", "catalog"},
+    "checks": {"checks", "read", "spec", "catalog", "planner"},
+    "hostplan": {"hostplan", "read", "spec", "catalog", "planner"},
+    "judge": {"judge", "catalog"},
+    "load": {"read", "spec", "catalog", "planner", "checks", "hostplan"},
+}
+#: Third-party libraries a package must not import: the model never talks to hosts or people
+#: (nor runs programs or opens connections: the sandbox lookup and SSH live at the edge, cli/).
+FORBIDDEN_LIBRARIES = {
+    "fleet": {
+        "pyinfra", "rich", "testinfra", "aiohttp", "matplotlib",
+        "subprocess", "http", "urllib", "paramiko", "asyncssh", "docker",
+    },
+}
+#: The only third-party library load generation may import (its client and runner; the modules a
+#: host program imports need only the standard library, see below).
+LOADGEN_LIBRARIES = {"aiohttp"}
 #: The only imports allowed inside a function: heavy, optional, and commented where they are.
 LOCAL_IMPORTS_ALLOWED = {"matplotlib", "matplotlib.pyplot"}
 #: What host-side programs run by the vLLM venv's python may import, inside the function that
@@ -113,7 +142,86 @@ def test_no_forbidden_library(name: str) -> None:
     assert not wrong, f"{name} imports {wrong}: {package}/ must not talk to hosts or people"
 
 
-STANDALONE = sorted(n for n in MODULES if n.split(".")[0] in {"hostside", "sandbox"})
+def room_of(name: str) -> str | None:
+    """The room of a module of fleet/ (``fleet.checks.flags`` → ``checks``), or None."""
+    parts = name.split(".")
+    if parts[0] != "fleet" or len(parts) < 2:
+        return None
+    return parts[1]
+
+
+def wrong_room_arrows(name: str, targets: list[str]) -> list[str]:
+    """The imports of fleet module ``name`` that point into a room it may not import.
+
+    Example:
+        >>> wrong_room_arrows("fleet.checks.flags", ["fleet.read.problems", "fleet.hostplan.types"])
+        ['fleet.hostplan.types']
+    """
+    room = room_of(name)
+    if room is None:
+        return []
+    return [
+        target for target in targets
+        if room_of(target) is not None and room_of(target) not in ROOMS[room]
+    ]  # fmt: skip
+
+
+def test_every_module_of_fleet_is_in_a_room() -> None:
+    rooms = {room_of(name) for name in MODULES if name.startswith("fleet.")}
+    assert rooms == set(ROOMS), f"rooms on disk {sorted(rooms)} != the map's {sorted(ROOMS)}"
+
+
+def test_checks_and_hostplan_never_import_each_other() -> None:
+    assert "hostplan" not in ROOMS["checks"] and "checks" not in ROOMS["hostplan"]
+
+
+def test_a_forbidden_inner_arrow_is_seen() -> None:
+    assert wrong_room_arrows("fleet.read.source", ["fleet.spec.models"]) == ["fleet.spec.models"]
+    assert wrong_room_arrows("fleet.checks.ledger", ["fleet.hostplan.types"])
+    assert wrong_room_arrows("fleet.judge.health", ["fleet.planner.fit"])
+    assert not wrong_room_arrows("fleet.checks.ledger", ["fleet.planner.fit", "hostside"])
+
+
+@pytest.mark.parametrize("name", sorted(n for n in MODULES if n.startswith("fleet.")))
+def test_arrows_inside_fleet_point_only_where_the_map_allows(name: str) -> None:
+    targets = {target: line for target, line, _ in imports(MODULES[name])}
+    wrong = wrong_room_arrows(name, list(targets))
+    assert not wrong, f"fleet/{room_of(name)} may import only {sorted(ROOMS[room_of(name)])}: " + (
+        "; ".join(f"{MODULES[name].relative_to(ROOT)}:{targets[t]} imports {t}" for t in wrong)
+    )
+
+
+def uploaded_modules() -> set[str]:
+    """The modules of other packages that some host program imports: the deploy uploads them
+    with it (:func:`hostside.program_files`), so a bare host's python3 must run them too."""
+    found = set()
+    for program in MODULES:
+        if program.split(".")[0] == "hostside" and MODULES[program].name != "__init__.py":
+            for file in hostside.program_files(program.removeprefix("hostside.")):
+                name = file.removesuffix(".py").removesuffix("/__init__").replace("/", ".")
+                if name.split(".")[0] != "hostside":
+                    found.add(name)
+    return found
+
+
+UPLOADED = uploaded_modules()
+STANDALONE = sorted(
+    n for n in MODULES if n.split(".")[0] in {"hostside", "sandbox"} or n in UPLOADED
+)
+
+
+def test_the_canary_uploads_the_shared_figures() -> None:
+    assert {"loadgen", "loadgen.timing", "loadgen.stats", "loadgen.prompts"} <= UPLOADED
+
+
+@pytest.mark.parametrize("name", sorted(n for n in MODULES if n.split(".")[0] == "loadgen"))
+def test_load_generation_needs_only_aiohttp_beyond_the_standard_library(name: str) -> None:
+    outside = [
+        target for target, _, _ in imports(MODULES[name])
+        if target.split(".")[0] not in sys.stdlib_module_names
+        and target.split(".")[0] not in {"loadgen", "__future__", *LOADGEN_LIBRARIES}
+    ]  # fmt: skip
+    assert not outside, f"{name} imports {outside}: load generation needs only aiohttp"
 
 
 @pytest.mark.parametrize("name", STANDALONE)
@@ -122,7 +230,7 @@ def test_host_programs_and_sandbox_use_only_the_standard_library(name: str) -> N
     outside = [
         target for target, _, _ in imports(MODULES[name])
         if target.split(".")[0] not in sys.stdlib_module_names
-        and target.split(".")[0] not in {package, "__future__", *VENV_LIBRARIES}
+        and target.split(".")[0] not in {*ALLOWED[package], "__future__", *VENV_LIBRARIES}
     ]  # fmt: skip
     assert not outside, f"{name} imports {outside}: it must run on a bare host's python3"
 
@@ -175,3 +283,24 @@ def test_find_cycle_sees_a_circle() -> None:
 def test_no_import_circles() -> None:
     cycle = find_cycle(project_edges())
     assert cycle is None, "import circle: " + " → ".join(cycle or [])
+
+
+def test_the_map_names_every_module_of_fleet() -> None:
+    text = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
+    missing = [
+        str(path.relative_to(ROOT)) for name, path in MODULES.items()
+        if name.startswith("fleet.") and path.name != "__init__.py"
+        and f"`{path.relative_to(ROOT)}`" not in text
+    ]  # fmt: skip
+    assert not missing, f"docs/architecture.md has no line for {missing}"
+
+
+DOCS = sorted([ROOT / "README.md", *(ROOT / "docs").glob("*.md")])
+
+
+@pytest.mark.parametrize("doc", DOCS, ids=lambda p: p.name)
+def test_paths_the_docs_name_inside_fleet_exist(doc: Path) -> None:
+    named = set(re.findall(r"(?<![\w/.-])(fleet/[\w/]+\.(?:py|json|txt))", doc.read_text("utf-8")))
+    placeholder = re.compile(r"[A-Z]+\.\w+$")  # vllm_flags/X.json: a file of that folder
+    gone = sorted(p for p in named if not (ROOT / p).exists() and not placeholder.search(p))
+    assert not gone, f"{doc.name} names paths that do not exist: {gone}"

@@ -59,7 +59,7 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 
 def test_the_tool_comes_from_the_wheel_not_the_checkout(installed) -> None:
-    code = "import cli, fleet, hostside, deploys; print(cli.__file__, fleet.__file__)"
+    code = "import cli, fleet, hostside, deploys, loadgen; print(cli.__file__, loadgen.__file__)"
     result = run([str(installed["python"]), "-c", code], installed["work"])
     assert result.returncode == 0, result.stderr
     for path in result.stdout.split():
@@ -117,6 +117,16 @@ def test_host_programs_ship_in_the_wheel(installed, name: str) -> None:
     result = run([str(installed["python"]), "-c", code], installed["work"])
     assert result.returncode == 0, result.stderr
     assert Path(result.stdout.strip()).is_relative_to(installed["venv"])
+
+
+def test_the_canary_uploads_loadgen_from_the_wheel(installed) -> None:
+    code = ("import hostside; print(*[hostside.ROOT_DIR / f for f in "
+            "hostside.program_files('canary')])")
+    result = run([str(installed["python"]), "-c", code], installed["work"])
+    assert result.returncode == 0, result.stderr
+    files = [Path(name) for name in result.stdout.split()]
+    assert any(path.name == "timing.py" for path in files)
+    assert all(path.is_file() and path.is_relative_to(installed["venv"]) for path in files)
 
 
 def test_the_verify_suite_ships_in_the_wheel(installed) -> None:

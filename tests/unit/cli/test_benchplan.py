@@ -22,11 +22,11 @@ from pathlib import Path
 import pytest
 
 from cli.bench import compare, memory, plan, stages
-from cli.bench.client import RequestResult
-from cli.bench.prompts import synthetic_prompts
-from cli.bench.runner import Options, Runner, Target
 from cli.main import main
-from fleet.spec import Fleet
+from fleet.spec.models import Fleet
+from loadgen.prompts import synthetic_prompts
+from loadgen.runner import Options, Runner, Target
+from loadgen.timing import RequestResult
 from tests.support.fakeserver import FakeServer, SharedDevice
 
 # ------------------------------------------------------------------ plans and durations

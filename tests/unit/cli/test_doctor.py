@@ -13,7 +13,7 @@ import pytest
 from cli.doctor.command import _split
 from cli.doctor.gather import gather_fleet
 from cli.doctor.report import READ_ONLY, exit_status, text, to_json
-from fleet.diagnosis import Diagnosis, diagnose
+from fleet.judge.diagnosis import Diagnosis, diagnose
 
 ROOT = Path(__file__).resolve().parents[3]
 SANDBOX = str(ROOT / "inventory" / "sandbox.yaml")

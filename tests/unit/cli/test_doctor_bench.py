@@ -8,11 +8,11 @@ import os
 import shutil
 from pathlib import Path
 
-from cli.bench.runner import Target
 from cli.doctor.benchcheck import REQUESTS, ROUNDS, last_baseline, measure_target
 from facts.doctor import BusyProcesses, CpuLoad, MountOf
-from fleet.diagnosis import OK, PROBLEM, Evidence, diagnose
-from fleet.slowness import slowdown
+from fleet.judge.diagnosis import OK, PROBLEM, Evidence, diagnose
+from fleet.judge.slowness import slowdown
+from loadgen.runner import Target
 from tests.support.fakeserver import FakeServer, Script
 
 DATA = Path(__file__).resolve().parents[2] / "data" / "doctor-benches"

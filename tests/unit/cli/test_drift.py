@@ -25,12 +25,13 @@ from cli.drift.compare import (
     compare,
     exit_status,
     sha256_text,
+    watched_files,
 )
 from cli.drift.gather import drift, plan_or_error
-from fleet.hostplan import HostPlan
+from fleet.hostplan.render import host_plan
+from fleet.hostplan.stack import driver_packages, pin_text, source_text
+from fleet.hostplan.types import HostPlan
 from fleet.load import load_fleet
-from fleet.render import host_plan
-from fleet.stack import driver_packages, pin_text, source_text
 
 SHA = "7bba1c3a1056cbe482242a8d8e69c897ff9ce84035c28602bad26bfe0f76523a"
 FLEET = f"""\
@@ -341,3 +342,47 @@ def test_cli_checks_one_host(unreachable: Path, capsys) -> None:
     assert cli.main(["drift", str(unreachable), "--host", "gone-1", "--json"]) == 1
     rows = json.loads(capsys.readouterr().out)["rows"]
     assert [row["host"] for row in rows] == ["gone-1"]
+
+
+TLS_FLEET = FLEET.replace(
+    "        args: {{tensor-parallel-size: 2}}\n".replace("{{", "{").replace("}}", "}"),
+    "        args: {tensor-parallel-size: 2}\n"
+    "        tls: {certificate: {env: FLEET_TEST_DRIFT_CERT}, key: {env: FLEET_TEST_DRIFT_TLS}}\n")
+
+
+@pytest.fixture
+def tls_plan(tmp_path: Path) -> HostPlan:
+    path = tmp_path / "fleet.yaml"
+    path.write_text(TLS_FLEET)
+    return host_plan(load_fleet(path), "hgx-1",
+                     secrets=lambda ref: f"PEM {ref.env}\n" if "TLS" in ref.env or "CERT" in ref.env
+                     else "s3cret")
+
+
+def test_tls_files_are_compared(tls_plan: HostPlan) -> None:
+    facts = clean_facts(tls_plan)
+    for tls_file in tls_plan.servers[0].tls.files:
+        facts["digests"][tls_file.path] = sha256_text(tls_file.text)
+    assert drifted(tls_plan, facts) == []
+    facts["digests"]["/etc/vllm-fleet/chat.tls-key.pem"] = sha256_text("another key")
+    assert drifted(tls_plan, facts) == ["tls key chat"]
+    assert "/etc/vllm-fleet/chat.tls-certificate.pem" in watched_files(tls_plan)
+
+
+def test_drift_does_not_compare_a_tls_file_missing_here(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("FLEET_TEST_DRIFT_KEY", "s3cret")
+    from tests.support.testca import TestCA
+
+    files = TestCA().server_files(tmp_path, ["127.0.0.1"])
+    monkeypatch.setenv("FLEET_TEST_DRIFT_CERT", files.certificate.read_text())
+    monkeypatch.delenv("FLEET_TEST_DRIFT_TLS", raising=False)
+    path = tmp_path / "fleet.yaml"
+    path.write_text(TLS_FLEET)
+    _, plan, _ = plan_or_error(load_fleet(path), "hgx-1", str(path))
+    assert plan is not None
+    texts = {f.part: f.text for f in plan.servers[0].tls.files}
+    assert texts["key"] == "" and texts["certificate"].startswith("-----BEGIN CERTIFICATE")
+    rows = {r.item: r.status for r in compare(plan, clean_facts(plan))}
+    assert rows["tls key chat"] == NA

@@ -11,9 +11,9 @@ import pytest
 
 from cli.drift.compare import DRIFT, ERROR, OK, compare
 from facts.gpuhealth import HEALTH_QUERY, GpuHealth
-from fleet.hostplan import HostPlan
+from fleet.hostplan.render import host_plan
+from fleet.hostplan.types import HostPlan
 from fleet.load import load_fleet
-from fleet.render import host_plan
 from tests.unit.cli.test_drift import FLEET, clean_facts
 from tests.unit.facts.test_facts_standin import machine, standin
 

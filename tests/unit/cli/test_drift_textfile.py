@@ -15,7 +15,8 @@ import pytest
 
 from cli.drift.compare import DRIFT, ERROR, NA, OK, Row
 from cli.drift.textfile import SERIES, exposition, publish, write_command
-from fleet.monitoring import THRESHOLDS, alert_rules
+from fleet.catalog.alerts import defaults
+from fleet.hostplan.monitoring import alert_rules
 
 ROWS = [
     Row("a", "unit vllm-x.service", "present", "missing", DRIFT),
@@ -44,7 +45,7 @@ def test_the_textfile_passes_promtool_check_metrics() -> None:
 
 
 def test_the_fleet_drift_found_rule_reads_this_series() -> None:
-    rules = alert_rules({name: t.default for name, t in THRESHOLDS.items()})
+    rules = alert_rules(defaults())
     expr = next(rule["expr"] for rule in rules if rule["alert"] == "FleetDriftFound")
     assert expr == f"{SERIES[0][0]} > 0"
 

@@ -7,8 +7,8 @@ from pathlib import Path
 
 from cli.drift.compare import _retired_rows
 from cli.main import main
+from fleet.hostplan.render import host_plan
 from fleet.load import load_fleet
-from fleet.render import host_plan
 
 EXAMPLE = Path(__file__).resolve().parents[3] / "inventory" / "examples" / "h200-pair-ray.yaml"
 

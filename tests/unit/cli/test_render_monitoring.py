@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from cli import main as cli
+from fleet.hostplan.monitoring import monitoring_plan, rendered_files
 from fleet.load import load_fleet
-from fleet.monitoring import monitoring_plan, rendered_files
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "data" / "valid" / "monitoring-prometheus.yaml"
 

@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from cli import main as cli
-from fleet.inventory import inventory_hosts, plan_of
+from cli.inventory import inventory_hosts
+from fleet.hostplan.types import plan_of
 
 SECRET = "planted-s3cr3t-Zq9"
 FLEET = """\

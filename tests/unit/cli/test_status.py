@@ -20,9 +20,9 @@ from cli.status.model import DOWN, STARTING, UP, fleet_status
 from cli.status.probe import HostProbe, probe_script, split_sections
 from cli.status.view import screen
 from facts.gpuhealth import HEALTH_QUERY
-from fleet.health import BAD, OK, WARN
+from fleet.hostplan.render import host_plan
+from fleet.judge.health import BAD, OK, WARN
 from fleet.load import load_text
-from fleet.render import host_plan
 from tests.unit.facts.test_facts_standin import machine, standin
 
 DATA = Path(__file__).resolve().parents[2] / "data" / "vllm-startup"
@@ -111,6 +111,18 @@ def test_probe_script_asks_each_server_and_the_gpus(plans) -> None:
         "echo '@@ health'",
     ]
     assert "nvidia-smi --query-gpu=" in script and "VLLM_API_KEY" not in script
+
+
+def test_probe_script_asks_each_server_where_it_listens() -> None:
+    """A server bound to 127.0.0.2 (or ::) is asked there, not on 127.0.0.1 (issue 23)."""
+    text = FLEET.replace("served_model_name: tiny}", "served_model_name: tiny, host: 127.0.0.2}")
+    text = text.replace("served_model_name: other}", "served_model_name: other, host: '::'}")
+    plan = host_plan(load_text(text, "fleet.yaml"), "cpu-1", secrets=lambda ref: "")
+    payloads = [json.loads(line.split("printf %s ", 1)[1].split(" | ", 1)[0].strip("'"))
+                for line in probe_script(plan).splitlines() if line.startswith("printf %s ")]
+    assert [(p["url"], p["path"]) for p in payloads] == [
+        ("http://127.0.0.2:18000", "/health"), ("http://127.0.0.2:18000", "/metrics"),
+        ("http://[::1]:18001", "/health"), ("http://[::1]:18001", "/metrics")]
 
 
 def test_cpu_host_has_no_gpu_section(plans) -> None:

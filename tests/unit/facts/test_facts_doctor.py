@@ -168,3 +168,33 @@ def test_completion_through_the_real_request_program(web: int, tmp_path: Path) -
                           "env_file": str(env)})  # fmt: skip
     answer = fact.process(run(fact.command(program=program, payload=refused)))
     assert answer["ok"] is False and "request failed" in answer["error"]
+
+
+@pytest.mark.parametrize("pinned", [False, True])
+def test_http_status_asks_a_tls_server_by_the_name_clients_use(tmp_path, pinned: bool) -> None:
+    """doctor's /health of a TLS server: curl connects to where it listens (loopback) for the
+    name its certificate covers, trusting the plan's CA file alone (the CA, or the deployed
+    certificate itself); another name is a certificate error, not a health answer."""
+    import ssl
+
+    from cli.doctor.gather import health_request
+    from fleet.planner.reach import Reach
+    from tests.support.testca import TestCA
+
+    files = TestCA().server_files(tmp_path, ["gpu-1.example"])
+    server = http.server.HTTPServer(("127.0.0.1", 0), http.server.SimpleHTTPRequestHandler)
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(files.certificate, files.key)
+    server.socket = context.wrap_socket(server.socket, server_side=True)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        port = server.server_address[1]
+        cafile = str(files.certificate if pinned else files.ca)
+        fact = HttpStatus()
+        reach = Reach("https", "127.0.0.1", port, "", cafile, "gpu-1.example")
+        assert fact.process(run(fact.command(**health_request(reach))))["status"] == 404
+        wrong = Reach("https", "127.0.0.1", port, "", cafile, "gpu-2.example")
+        answer = fact.process(run(fact.command(**health_request(wrong))))
+        assert answer["status"] is None and "certificate" in answer["error"]
+    finally:
+        server.shutdown()

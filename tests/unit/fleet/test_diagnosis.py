@@ -1,4 +1,4 @@
-"""fleet.diagnosis on real vLLM log text (tests/data/doctor-logs, each citing its source) and
+"""fleet.judge.diagnosis on real vLLM log text (tests/data/doctor-logs, each citing its source) and
 on the facts ``fleet doctor`` gathers."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from fleet.diagnosis import (
+from fleet.judge.diagnosis import (
     OK,
     PROBLEM,
     SIGNATURES,

@@ -8,15 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from fleet.endpoints import (
-    client_url,
-    endpoint_warnings,
-    replica_rollout,
-    router_units,
-    worker_url,
-)
+from fleet.checks.endpoints import endpoint_warnings
+from fleet.hostplan.endpoints import replica_rollout, router_units
+from fleet.hostplan.render import host_plan
 from fleet.load import load_fleet, load_text
-from fleet.render import host_plan
+from fleet.planner.endpoints import client_url, worker_url
 
 ROOT = Path(__file__).resolve().parents[3]
 VALID = ROOT / "tests" / "data" / "valid" / "endpoint-two-replicas.yaml"
@@ -106,7 +102,8 @@ def test_sandbox_hosts_share_one_network() -> None:
 
 def test_sandbox_router_port_collides_across_hosts() -> None:
     text = SANDBOX.replace("port: 18400", "port: 18402")
-    with pytest.raises(Exception, match="port 18402 is already used by server b/r2"):
+    with pytest.raises(Exception, match="port 18402 on b is claimed twice: by endpoint m's router "
+                       r"\(endpoints.m.router.port\) and by server b/r2 \(sandbox hosts share"):
         load_text(text, "sandbox.yaml")
 
 
@@ -148,3 +145,31 @@ def test_no_canary_by_default() -> None:
     fleet = load_fleet("tests/data/valid/endpoint-two-replicas.yaml")
     rollout = replica_rollout(fleet, "gpu-b", "chat-b")
     assert rollout is not None and rollout.canary is None
+
+
+def unit_words(fleet, host: str, server: str) -> list[str]:
+    plan = host_plan(fleet, host, lambda r: "")
+    unit = next(s for s in plan.servers if s.name == server).unit_text
+    return next(line for line in unit.splitlines() if line.startswith("ExecStart=")).split()
+
+
+@pytest.mark.parametrize("policy", ["cache_aware", "round_robin"])
+def test_a_replica_serves_the_render_calls_of_its_router_whatever_the_policy(policy) -> None:
+    """vllm-router's cache_aware policy posts ``/v1/*/render`` to a replica before each
+    request; vLLM 0.32 answers it only with --enable-scale-out (else 403). Every replica gets the
+    flag, so a policy change restarts the router only; a server outside endpoints does not."""
+    text = SANDBOX.replace("metrics_port: 18403}", f"metrics_port: 18403, policy: {policy}}}")
+    text = text.replace("r2: {model: m, port: 18402}", "r2: {model: m, port: 18402}, "
+                        "alone: {model: m, port: 18404}")
+    fleet = load_text(text)
+    assert "--enable-scale-out" in unit_words(fleet, "a", "r1")
+    assert "--enable-scale-out" in unit_words(fleet, "b", "r2")
+    assert "--enable-scale-out" not in unit_words(fleet, "b", "alone")
+
+
+def test_a_replica_keeps_its_own_scale_out_choice_and_older_releases_get_none() -> None:
+    own = load_text(SANDBOX.replace("r1: {model: m, port: 18401}",
+                                    "r1: {model: m, port: 18401, args: {enable-scale-out: true}}"))
+    assert unit_words(own, "a", "r1").count("--enable-scale-out") == 1
+    old = load_text(SANDBOX.replace('version: "0.32.0"', 'version: "0.29.0"'))
+    assert "--enable-scale-out" not in unit_words(old, "a", "r1")  # 0.29 renders without it

@@ -2,10 +2,11 @@
 
 Three layers, each tested here:
 
-- ``scripts/gen_vllm_flags.py`` turns vLLM's parser into ``fleet/vllm_flags/<version>.json``
+- ``scripts/gen_vllm_flags.py`` turns vLLM's parser into ``fleet/catalog/vllm_flags/<version>.json``
   (its helpers on plain argparse parsers; the committed 0.32.0 list for known flags; and, with a
   vLLM python at hand, regenerating that list reproduces the committed file);
-- :mod:`fleet.flags` checks a server's ``args`` against the list of its host's release (each kind
+- :mod:`fleet.checks.flags` checks a server's ``args`` against the list of its host's release (each
+kind
   of error, the nearest-older lookup, the removed-flags table);
 - ``hostside/validate_args.py`` runs the installed vLLM's own parser over a unit's
   ExecStart (pure parts always; against the real parser when a vLLM python exists), and
@@ -32,7 +33,7 @@ from typing import Any
 
 import pytest
 
-from fleet.flags import (
+from fleet.checks.flags import (
     REMOVED,
     Flag,
     FlagList,
@@ -43,13 +44,14 @@ from fleet.flags import (
     release_key,
     select_flag_list,
 )
-from fleet.hostplan import ServerUnit
+from fleet.hostplan.render import host_plan, systemd_quote
+from fleet.hostplan.types import ServerUnit
 from fleet.load import FleetError, load_fleet, load_text
-from fleet.render import host_plan, systemd_quote
-from fleet.spec import Server
+from fleet.spec.models import Server
+from tests.support.vllmparse import vllm_main
 
 ROOT = Path(__file__).resolve().parents[3]
-FLAGS_DIR = ROOT / "fleet" / "vllm_flags"
+FLAGS_DIR = ROOT / "fleet" / "catalog" / "vllm_flags"
 VALIDATOR = ROOT / "hostside" / "validate_args.py"
 GENERATOR = ROOT / "scripts" / "gen_vllm_flags.py"
 SERVER_PATH = ("hosts", "box", "servers", "chat")
@@ -576,31 +578,18 @@ REAL_CASES = {
     "fine": (["--model", "/m", "--max-model-len", "512", "--enforce-eager"], 0, "accepts"),
 }
 
-DRIVER = """
-import contextlib, io, json, sys
-sys.path.insert(0, sys.argv[1])
-import validate_args
-results = {}
-for name, argv in json.loads(sys.argv[2]).items():
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = validate_args.main(argv)
-    results[name] = [code, out.getvalue() + err.getvalue()]
-print("RESULTS " + json.dumps(results))
-"""
-
 
 @pytest.fixture(scope="module")
 def real_runs(vllm: str, sandbox_unit: ServerUnit, tmp_path_factory) -> dict[str, Any]:
-    """Three vLLM processes at once (each imports vLLM, which takes seconds): every case through
-    validate_args.main(), the script run as the deploy runs it, and the generator."""
+    """Every case through validate_args.main() (in the test run's one vLLM parser process,
+    tests/support/vllmparse.py), while two vLLM processes of their own run beside it: the
+    script run as the deploy runs it, and the generator."""
     tmp = tmp_path_factory.mktemp("vllm")
     cases = {name: ["--name", name, "--", *words] for name, (words, _, _) in REAL_CASES.items()}
     cases["rendered-unit"] = ["--exec-start", validate_args.exec_start(sandbox_unit.unit_text)]
     unit = tmp / "vllm-tiny.service"
     unit.write_text(sandbox_unit.unit_text.replace("--max-num-seqs 8", "--max-num-seqs eight"))
     commands = {
-        "driver": [vllm, "-c", DRIVER, str(VALIDATOR.parent), json.dumps(cases)],
         "script": [vllm, str(VALIDATOR), "--unit", str(unit), "--name", "vllm-tiny.service"],
         "generator": [vllm, str(GENERATOR), "--out", str(tmp / "lists")],
     }
@@ -610,7 +599,7 @@ def real_runs(vllm: str, sandbox_unit: ServerUnit, tmp_path_factory) -> dict[str
         )
         for name, argv in commands.items()
     }
-    done = {}
+    done: dict[str, Any] = {"results": vllm_main(vllm, cases)}
     for name, process in running.items():
         stdout, stderr = process.communicate(timeout=600)
         done[name] = subprocess.CompletedProcess(commands[name], process.returncode, stdout, stderr)
@@ -620,10 +609,7 @@ def real_runs(vllm: str, sandbox_unit: ServerUnit, tmp_path_factory) -> dict[str
 
 @pytest.fixture(scope="module")
 def real_results(real_runs: dict[str, Any]) -> dict[str, list[Any]]:
-    run = real_runs["driver"]
-    lines = [line for line in run.stdout.splitlines() if line.startswith("RESULTS ")]
-    assert lines, run.stdout[-2000:] + run.stderr[-2000:]
-    return json.loads(lines[-1][len("RESULTS ") :])
+    return real_runs["results"]
 
 
 @pytest.mark.parametrize(("case", "code"), [(n, c) for n, (_, c, _) in REAL_CASES.items()])
@@ -662,7 +648,7 @@ def test_regenerated_list_matches_the_committed_one(real_runs):
     # says so in built_from; the flags the vLLM at hand parses must be exactly its flags.
     ours, theirs = json.loads(written.read_text()), json.loads(committed.read_text())
     assert (ours["flags"], ours["parser"]) == (theirs["flags"], theirs["parser"]), (
-        f"fleet/vllm_flags/{written.name} is stale: regenerate it with "
+        f"fleet/catalog/vllm_flags/{written.name} is stale: regenerate it with "
         "scripts/gen_vllm_releases.py"
     )
 

@@ -1,6 +1,6 @@
 """Property-based fuzzing of the loader: whatever the text or bytes, loading ends cleanly.
 
-Clean means a valid :class:`fleet.spec.Fleet`, or a :class:`FleetError` whose every problem
+Clean means a valid :class:`fleet.spec.models.Fleet`, or a :class:`FleetError` whose every problem
 names a line; never another exception, and within a time and memory bound per input. The
 structures and damage come from :mod:`tests.support.fleetgen`.
 
@@ -19,8 +19,8 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 
 from fleet.load import load_fleet, load_text
-from fleet.problems import FleetError
-from fleet.spec import Fleet
+from fleet.read.problems import FleetError
+from fleet.spec.models import Fleet
 from tests.support.fleetgen import fleet_bytes, fleet_texts
 
 settings.register_profile(

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from fleet.memory import V1_SAMPLER_BYTES
+from fleet.planner.memory import V1_SAMPLER_BYTES
 from tests.unit.fleet.test_flags import vllm_python
 
 PROBE = Path(__file__).resolve().parents[3] / "benchmarks" / "gpu_memory_probe.py"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from fleet.health import BAD, IDLE, OK, WARN, gpu_problems, level, pcie_problems, pcie_text
+from fleet.judge.health import BAD, IDLE, OK, WARN, gpu_problems, level, pcie_problems, pcie_text
 
 
 def card(gen=5, gen_max=5, width=16, width_max=16, pstate="P0", **ecc) -> dict:

@@ -26,7 +26,7 @@ from rich.console import Console
 from cli import main as cli
 from cli.main import main
 from fleet.load import MAX_FILE_BYTES, FleetError, Problem, load_fleet, load_text
-from fleet.plan import utilization
+from fleet.planner.fit import utilization
 
 ROOT = Path(__file__).resolve().parents[3]
 DATA = ROOT / "tests" / "data"
@@ -448,18 +448,18 @@ def test_file_over_the_size_limit_is_refused_at_line_1(tmp_path):
     path = tmp_path / "big.yaml"
     path.write_bytes(b"# comment\n" * (MAX_FILE_BYTES // 10 + 1))
     [problem] = problems_of(path)
-    assert (problem.line, problem.message) == (1, "the file is larger than 256 KiB")
+    assert (problem.line, problem.message) == (1, "the file is larger than 8192 KiB")
 
 
 def test_text_over_the_size_limit_is_refused():
     with pytest.raises(FleetError) as info:
         load_text("#" * (MAX_FILE_BYTES + 1), "big.yaml")
-    assert "larger than 256 KiB" in str(info.value)
+    assert "larger than 8192 KiB" in str(info.value)
 
 
 def test_check_on_a_device_reads_a_bounded_amount(capsys):
     assert main(["check", "/dev/zero"]) == 1
-    assert "/dev/zero:1: (file): the file is larger than 256 KiB" in capsys.readouterr().err
+    assert "/dev/zero:1: (file): the file is larger than 8192 KiB" in capsys.readouterr().err
 
 
 def test_config_from_a_fifo_is_refused_without_blocking(tmp_path):
@@ -473,9 +473,13 @@ def test_config_from_a_fifo_is_refused_without_blocking(tmp_path):
 
 @pytest.mark.parametrize("path", INVALID, ids=lambda p: p.stem)
 def test_invalid_file_is_refused_within_a_second(path):
-    start = time.monotonic()
+    """Within a second of this process's own CPU (no pathological work: a billion laughs, a
+    read of /dev/zero), and without blocking (wall time bounded too, but generously: another
+    process keeping a core busy must not fail it)."""
+    start, cpu = time.monotonic(), time.process_time()
     problems_of(path)
-    assert time.monotonic() - start < 1.0
+    assert time.process_time() - cpu < 1.0
+    assert time.monotonic() - start < 30
 
 
 # --- warnings come back through the caller's list ---------------------------------------------

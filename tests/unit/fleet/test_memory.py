@@ -1,6 +1,6 @@
 """The memory model's answers to configurations vLLM starts (issue 16, item 0): CPU offload,
 sliding-window attention, YaRN from the model's own config, expert parallel; and its per-release
-terms (fleet/memory.py)."""
+terms (fleet/planner/memory.py)."""
 
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from fleet import memory
 from fleet.load import load_fleet, load_text
-from fleet.plan import ServerPlan, plan_fleet
-from fleet.spec import ModelConfig, Server
+from fleet.planner import memory
+from fleet.planner.fit import ServerPlan, plan_fleet
+from fleet.spec.models import ModelConfig, Server
 
 GiB = 2**30
 ROOT = Path(__file__).resolve().parents[3]

@@ -17,22 +17,19 @@ from pathlib import Path
 import pytest
 import yaml
 
+from fleet.catalog.alerts import ALERTS
+from fleet.catalog.paths import PROMETHEUS_RULES_NAME
+from fleet.checks.ledger import ledger_problems
+from fleet.hostplan.monitoring import alert_rules, prometheus_argv, prometheus_config, rules_text
 from fleet.load import load_fleet
-from fleet.monitoring import (
-    THRESHOLDS,
-    alert_rules,
-    check_monitoring,
+from fleet.planner.monitoring import (
     host_exporters,
-    prometheus_argv,
-    prometheus_config,
     prometheus_is_remote_only,
     prometheus_url,
-    rules_text,
     scrape_targets,
     thresholds,
 )
-from fleet.paths import PROMETHEUS_RULES_NAME
-from fleet.spec import Fleet
+from fleet.spec.models import Fleet
 
 DATA = Path(__file__).resolve().parents[2] / "data" / "monitoring"
 CPU = {"version": "0.32.0", "variant": "cpu"}
@@ -164,10 +161,11 @@ def test_an_endpoints_router_is_scraped_with_its_labels(promtool, tmp_path):
 
 def test_a_router_port_clashing_with_an_exporter_is_refused():
     fleet = with_endpoint({"port": 9000, "bind": "0.0.0.0", "metrics_port": 9101})
-    findings = list(check_monitoring(fleet))
+    findings = list(ledger_problems(fleet))
     assert [(path, text) for path, text, _ in findings] == [(
         ("monitoring", "exporters", "gpu", "node_exporter_port"),
-        "port 9101 is already used by router chat's metrics",
+        "port 9101 on gpu is claimed twice: by the metrics port of endpoint chat's router "
+        "(endpoints.chat.router.metrics_port) and by the node exporter of gpu",
     )]  # fmt: skip
 
 
@@ -235,7 +233,7 @@ def test_rules_pass_promtool_check(promtool, tmp_path):
     result = subprocess.run([promtool, "check", "rules", str(tmp_path / PROMETHEUS_RULES_NAME)],
                             capture_output=True, text=True, check=False)  # fmt: skip
     assert result.returncode == 0, result.stdout + result.stderr
-    assert f"SUCCESS: {len(THRESHOLDS) + 2} rules found" in result.stdout
+    assert f"SUCCESS: {len(ALERTS)} rules found" in result.stdout
 
 
 def test_every_alert_fires_when_it_should_and_not_otherwise(promtool, tmp_path):

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from fleet.monitoring import monitoring_plan
-from fleet.spec import Fleet
+from fleet.hostplan.monitoring import monitoring_plan
+from fleet.spec.models import Fleet
 
 DEBIAN = Path(__file__).resolve().parents[2] / "data" / "monitoring" / "debian-units"
 FLEET = Fleet.model_validate({

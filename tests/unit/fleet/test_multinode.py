@@ -13,9 +13,10 @@ from typing import Any
 
 import pytest
 
+from fleet.hostplan.groups import member_flags
+from fleet.hostplan.render import host_plan
 from fleet.load import load_fleet, load_text
-from fleet.multinode import group_members, member_flags
-from fleet.render import host_plan
+from fleet.planner.groups import group_members
 from tests.support.vllmparse import vllm_parse
 from tests.unit.fleet.test_flags import vllm_python
 
@@ -180,7 +181,6 @@ def test_over_ray_the_head_runs_vllm_with_the_ray_backend_and_the_worker_only_ra
     assert "--distributed-executor-backend ray" in exec_start(head.unit_text)
     assert "/bin/ray start --block --address 10.10.0.1:6379 " in exec_start(worker.unit_text)
     assert "vllm.entrypoints" not in exec_start(worker.unit_text)
-    assert head.refusal is None and worker.refusal is None
 
 
 CPU_FLEET = """\

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
+from fleet.hostplan.render import host_plan
 from fleet.load import load_fleet, load_text
-from fleet.numa import Affinity, gpu_affinity
-from fleet.problems import FleetError
-from fleet.render import host_plan
+from fleet.planner.numa import Affinity, gpu_affinity
+from fleet.read.problems import FleetError
 
 ROOT = Path(__file__).resolve().parents[3]
 FIXTURES = ROOT / "tests" / "fixtures" / "nvidia"

@@ -15,9 +15,10 @@ import pytest
 from cli import main as cli
 from cli.planplace import states_of
 from facts.gpumemory import GpuMemory
-from fleet.gpuswrite import WriteProblem, write_gpus
 from fleet.load import load_fleet, load_text
-from fleet.placement import (
+from fleet.planner.fit import GiB, cuda_total_bytes, plan_fleet
+from fleet.planner.gpuswrite import WriteProblem, write_gpus
+from fleet.planner.placement import (
     GpuState,
     measured,
     measured_sources,
@@ -26,8 +27,8 @@ from fleet.placement import (
     strip_gpus,
     unplaced,
 )
-from fleet.plan import GiB, cuda_total_bytes, plan_fleet
-from fleet.problems import FleetError
+from fleet.planner.replicaset import linked_hosts
+from fleet.read.problems import FleetError
 
 ROOT = Path(__file__).resolve().parents[3]
 EXAMPLES = ROOT / "inventory" / "examples"
@@ -220,6 +221,8 @@ def test_write_keeps_crlf_and_a_missing_last_newline() -> None:
     ("hosts: {h: {servers: {a: {port: 1, model: m}}}}\n", "model is the last key"),
     ("hosts:\n  h:\n    servers:\n      a:\n        model: m\n        gpus: [1]\n",
      "gpus is given but not as []"),
+    ('hosts:\n  "[h:h]":\n    servers:\n      a: {model: m, port: 1}\n',
+     "made by the range [h:h]; write its gpus in that block by hand"),
 ])
 def test_write_refuses_what_it_cannot_place_safely(text: str, message: str) -> None:
     with pytest.raises(WriteProblem, match=re.escape(message)):
@@ -312,3 +315,22 @@ def test_place_json_has_choices_refusals_and_the_plan(tmp_path: Path, capsys) ->
     assert [(c["server"], c["gpus"]) for c in document["placement"]] == [("chat", [0])]
     assert document["refused"] == []
     assert document["servers"][0]["gpus"] == [0] and document["servers"][0]["fits"]
+
+
+# --- issue 21: placement is per host (and the hosts a group links it to) -----------------------
+
+
+@pytest.mark.parametrize("name", ["quad-4090d", "h200-pair", "h200-pair-ray"])
+def test_placing_one_host_alone_chooses_what_placing_the_fleet_does(name: str) -> None:
+    """The replica placer asks placement about one host and its group partners only (linear in
+    the fleet, where asking the whole fleet per candidate was quadratic): the same choices."""
+    _, fleet = _stripped(name)
+    whole = {(c.host, c.server): (c.gpus, c.reason) for c in place_fleet(fleet).choices}
+    assert whole
+    linked = linked_hosts(fleet)
+    for host in fleet.hosts:
+        names = linked.get(host, [host])
+        part = fleet.model_copy(update={"hosts": {n: fleet.hosts[n] for n in names}})
+        alone = {(c.host, c.server): (c.gpus, c.reason) for c in place_fleet(part).choices}
+        assert {k: v for k, v in alone.items() if k[0] == host} == {
+            k: v for k, v in whole.items() if k[0] == host}

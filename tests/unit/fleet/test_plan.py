@@ -18,11 +18,12 @@ from rich.console import Console
 
 from cli import main as cli
 from cli.main import main
-from fleet.gpus import lookup
+from fleet.catalog.gpus import lookup
 from fleet.load import FleetError, load_fleet, load_text
-from fleet.plan import kv_bytes_per_token, plan_fleet, weights_in_memory
-from fleet.sizing import safetensors_bytes
-from fleet.spec import ModelConfig, Server
+from fleet.planner import memory
+from fleet.planner.fit import kv_bytes_per_token, plan_fleet, weights_in_memory
+from fleet.planner.sizing import safetensors_bytes
+from fleet.spec.models import ModelConfig, Server
 
 ROOT = Path(__file__).resolve().parents[3]
 DATA = ROOT / "tests" / "data"
@@ -168,7 +169,8 @@ def workstation():
 @pytest.mark.parametrize(
     ("field", "expected"),
     [
-        # RTX 4090: CUDA reports 23.55 GiB (vLLM's own log of one, vllm#13061; fleet/memory.py):
+        # RTX 4090: CUDA reports 23.55 GiB (vLLM's own log of one, vllm#13061;
+        # fleet/planner/memory.py):
         # int(23.55 × 2^30 × 0.92)
         ("budget_bytes", 23_263_690_358),
         # weights_gib 15.26 × 2^30
@@ -545,3 +547,47 @@ def test_plan_survives_mutated_example(path, number, tmp_path, capsys):
     mutant = tmp_path / path.name
     mutant.write_text(mutate(path.read_text(encoding="utf-8"), rng), encoding="utf-8")
     assert main(["plan", "--json", str(mutant)]) in (0, 1)
+
+
+# --- issue 21: every member of a group planned on its own GPUs --------------------------------
+
+
+def _pair(worker_model: str, weights_gib: float = 78 * 16) -> str:
+    """h200-pair.yaml (TP 8 × PP 2 over two hosts) with the worker's GPUs and the weights given
+    (78 GiB per GPU by default: within 0.9 × an H200's 139.8 GiB, beyond an H100's 79.65)."""
+    text = (EXAMPLES / "h200-pair.yaml").read_text()
+    text = text.replace("weights_gib: 641.3", f"weights_gib: {weights_gib}")
+    return text.replace("  hgx-h200-02:\n", "  hgx-h200-02:\n"
+                        f'    gpus: {{count: 8, model: "{worker_model}"}}\n')
+
+
+def test_a_worker_with_smaller_gpus_binds_the_group() -> None:
+    """Before, the worker was planned with the head's H200 budget and called "fits"."""
+    fleet = load_text(_pair("H100"), capacity=False)
+    (server,) = plan_fleet(fleet).servers
+    assert (server.host, server.verdict) == ("hgx-h200-01", "does not fit")
+    assert server.reason.startswith("on worker hgx-h200-02 (8 × H100): weights 78.00 GiB")
+    assert server.budget_bytes == int(0.9 * cuda_total_of("H100"))
+    with pytest.raises(FleetError) as err:
+        load_text(_pair("H100"))
+    assert "does not fit: on worker hgx-h200-02 (8 × H100)" in str(err.value)
+
+
+def test_a_group_of_like_hosts_plans_as_the_head() -> None:
+    fleet = load_text(_pair("H200"))
+    (server,) = plan_fleet(fleet).servers
+    assert server.verdict == "fits" and "worker" not in server.reason
+    assert server.budget_bytes == int(0.9 * cuda_total_of("H200"))
+
+
+def test_a_worker_with_larger_gpus_leaves_the_head_binding() -> None:
+    text = _pair("B200", weights_gib=641.3)
+    (server,) = plan_fleet(load_text(text)).servers
+    assert server.budget_bytes == int(0.9 * cuda_total_of("H200"))
+    assert not server.reason.startswith("on worker")
+
+
+def cuda_total_of(model: str) -> int:
+    """What the planner takes as an 8-GPU host's CUDA total for a GPU model of the table."""
+    entry = lookup(model)
+    return memory.cuda_total_bytes(entry.memory_gib, entry.name)[0]

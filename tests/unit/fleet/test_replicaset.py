@@ -1,4 +1,4 @@
-"""An endpoint's replicas by count (fleet.replicaset): placed by the planner at load, spread
+"""An endpoint's replicas by count (fleet.planner.replicaset): placed by the planner at load, spread
 over hosts first, fitted to GPUs without overcommitting, the same on every load, and every
 problem reported at the fleet file's own lines."""
 
@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from fleet.endpoints import replica_rollout, router_units
+from fleet.hostplan.endpoints import replica_rollout, router_units
+from fleet.hostplan.render import host_plan
 from fleet.load import load_text
-from fleet.problems import FleetError
-from fleet.render import host_plan
+from fleet.read.problems import FleetError
 
 ROOT = Path(__file__).resolve().parents[3]
 VALID = (ROOT / "tests" / "data" / "valid" / "endpoint-replica-count.yaml").read_text()
@@ -84,7 +84,8 @@ def test_cpu_hosts_take_one_replica_each() -> None:
     assert [fleet.hosts[h].servers[n].port for h, n in (("s1", "chat-1"), ("s2", "chat-2"))] == [
         8001, 8002]
     (problem,) = problems(fleet_text(hosts, "      count: 3\n" + server, "s1"))
-    assert "2 of 3 replicas fit (s1: a cpu host takes one replica (its cores are shared)" in problem
+    assert "2 of 3 replicas fit (s1, s2: a cpu host takes one replica (its cores are shared)" \
+        in problem
 
 
 def test_hosts_limits_where_they_go() -> None:
@@ -101,3 +102,96 @@ def test_the_replicas_are_ordinary_servers_downstream() -> None:
     plan = host_plan(fleet, "gpu-b", secrets=lambda ref: "k")
     assert [s.name for s in plan.servers] == ["chat-2"]
     assert "CUDA_VISIBLE_DEVICES=0" in plan.servers[0].env_text
+
+
+# --- issue 21: placement that respects what a host is -----------------------------------------
+
+MON = '  mon:\n    address: 10.0.0.9\n    vllm: {version: "0.32.0", variant: cpu}\n'
+L40S = "".join(f"  gpu-{c}:\n    address: 10.0.0.{i}\n    gpus: {{count: 1, model: L40S}}\n"
+               "    os: {nvidia: {driver: \"580\"}}\n"
+               for i, c in ((1, "a"), (2, "b")))  # fmt: skip
+CU130 = 'defaults:\n  vllm: {version: "0.32.0", variant: cu130}\n'
+
+
+def test_a_count_without_hosts_goes_to_gpu_hosts_not_the_cpu_monitoring_host() -> None:
+    """The cpu host comes first in the file; before, it got the first of three replicas."""
+    fleet = load_text(fleet_text(MON + L40S, "      count: 2\n" + SMALL, "gpu-a", CU130))
+    assert fleet.endpoints["chat"].replicas == ["gpu-a/chat-1", "gpu-b/chat-2"]
+    assert fleet.hosts["mon"].servers == {}
+    (problem,) = problems(fleet_text(MON + L40S, "      count: 5\n" + SMALL, "gpu-a", CU130))
+    assert "4 of 5 replicas fit (mon: a cpu host: the replicas run on the fleet's GPU hosts" \
+        in problem
+
+
+def test_cpu_hosts_listed_by_name_take_replicas_in_a_gpu_fleet() -> None:
+    server = "      server: {model: qwen3-8b, port: 8001, host: 0.0.0.0}\n"
+    mon2 = MON.replace("mon:", "mon2:").replace("10.0.0.9", "10.0.0.8")
+    text = fleet_text(MON + mon2 + L40S, "      count: 2\n      hosts: [mon, mon2]\n" + server,
+                      "gpu-a", CU130)
+    assert load_text(text, capacity=False).endpoints["chat"].replicas == ["mon/chat-1",
+                                                                          "mon2/chat-2"]
+
+
+def test_a_cpu_host_listed_with_gpu_hosts_is_refused_at_its_entry() -> None:
+    text = fleet_text(MON + L40S, "      count: 2\n      hosts: [gpu-a, gpu-b, mon]\n" + SMALL,
+                      "gpu-a", CU130)
+    (problem,) = problems(text)
+    assert "endpoints.chat.replicas.hosts.2: mon runs the cpu build of vLLM (cpu), gpu-a a " \
+        "GPU build (cu130)" in problem
+    assert problem.endswith("list hosts of one kind (all GPU hosts, or all cpu hosts)")
+
+
+@pytest.mark.parametrize(("hosts", "path", "words"), [
+    ("[]", "endpoints.chat.replicas.hosts:", "hosts: [] names no host for the replicas"),
+    ("[gpu-a, gpu-a]", "endpoints.chat.replicas.hosts.1:", "'gpu-a' is listed twice (also at "
+     "hosts.0)"),
+    ("[gpu-a, gpu-b, gpu-b]", "endpoints.chat.replicas.hosts.2:", "'gpu-b' is listed twice"),
+])  # fmt: skip
+def test_empty_and_repeated_hosts_are_refused_with_the_fix(hosts: str, path: str,
+                                                            words: str) -> None:
+    text = fleet_text(L40S, f"      count: 2\n      hosts: {hosts}\n" + SMALL, "gpu-a", CU130)
+    (problem,) = problems(text)
+    assert path in problem and words in problem
+
+
+def test_hosts_left_out_still_means_every_host_that_can_run_it() -> None:
+    fleet = load_text(fleet_text(L40S, "      count: 2\n" + SMALL, "gpu-a", CU130))
+    assert fleet.endpoints["chat"].replicas == ["gpu-a/chat-1", "gpu-b/chat-2"]
+
+
+def test_a_host_whose_gpus_cannot_hold_the_model_is_skipped() -> None:
+    """The 4090 comes first; the 32B model's 61 GiB fit only the H100 (before: placed on the
+    4090, then the whole fleet refused as "does not fit")."""
+    fleet = load_text((ROOT / "tests/data/valid/scale-replica-skips-small-gpus.yaml").read_text())
+    assert fleet.endpoints["chat"].replicas == ["gpu-h100/chat-1"]
+    text = (ROOT / "tests/data/valid/scale-replica-skips-small-gpus.yaml").read_text()
+    (problem,) = problems(text.replace("      count: 1\n", "      count: 2\n"))
+    assert "1 of 2 replicas fit (ws-4090: does not fit its GPUs: weights 61.03 GiB" in problem
+
+
+def test_a_group_on_a_worker_host_counts_before_a_replica_there() -> None:
+    """Placement looks at one host and the hosts its groups link it to: the worker's GPUs
+    0-3 are the group's, so the replica gets GPU 4."""
+    text = (ROOT / "inventory/examples/h200-pair.yaml").read_text()
+    text = text.replace("gpus: [0, 1, 2, 3, 4, 5, 6, 7]\n        worker_hosts",
+                        "gpus: [0, 1, 2, 3]\n        worker_hosts")
+    text = text.replace("tensor-parallel-size: 8", "tensor-parallel-size: 4")
+    text = text.replace("weights_gib: 641.3", "weights_gib: 300")
+    text += ("endpoints:\n  chat:\n    replicas:\n      count: 1\n      hosts: [hgx-h200-02]\n"
+             "      server: {model: deepseek-v3, port: 8100, host: 0.0.0.0,\n"
+             "               args: {max-model-len: 4096, gpu-memory-utilization: 0.9,\n"
+             "                      tensor-parallel-size: 4, trust-remote-code: true}}\n"
+             "    router: {host: hgx-h200-01, port: 9000, bind: 0.0.0.0}\n")  # fmt: skip
+    fleet = load_text(text, capacity=False)
+    assert fleet.hosts["hgx-h200-02"].servers["chat-1"].gpus == [4, 5, 6, 7]
+
+
+def test_a_long_list_of_hosts_in_a_message_is_capped() -> None:
+    """Forty full hosts: the message names five and counts the rest (before: all forty, one
+    line of 10 KB; at 1,000 hosts, 64 KB)."""
+    busy = "    servers:\n      busy: {model: qwen3-8b, port: 8100, gpus: [0]}\n"
+    hosts = "".join(f"  h{i:02d}:\n    address: 10.0.2.{i}\n    gpus: {{count: 1, model: L40S}}\n"
+                    f'    os: {{nvidia: {{driver: "580"}}}}\n{busy}' for i in range(1, 41))
+    (problem,) = problems(fleet_text(hosts, "      count: 1\n" + SMALL, "h01", CU130))
+    assert "0 of 1 replicas fit (h01, h02, h03, h04, h05 … and 35 more: needs" in problem
+    assert "h06" not in problem and len(problem) < 600

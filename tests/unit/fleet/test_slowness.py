@@ -1,4 +1,4 @@
-"""``fleet doctor``'s slow check: a healthy server against its last bench (fleet.slowness and
+"""``fleet doctor``'s slow check: a healthy server against its last bench (fleet.judge.slowness and
 the diagnosis it feeds), on runs recorded on the sandbox's CPU vLLM (tests/data/doctor-benches:
 a real ``fleet bench --plan`` stage 0, and the doctor's report of the same server measured
 while 8 long requests held its 4 slots) and on the facts of the causes a CPU host cannot show.
@@ -10,8 +10,8 @@ import copy
 import json
 from pathlib import Path
 
-from fleet.diagnosis import OK, PROBLEM, Evidence, diagnose
-from fleet.slowness import causes, slowdown
+from fleet.judge.diagnosis import OK, PROBLEM, Evidence, diagnose
+from fleet.judge.slowness import causes, slowdown
 
 DATA = Path(__file__).resolve().parents[2] / "data" / "doctor-benches"
 HEALTHY = {"ActiveState": "active", "SubState": "running", "NRestarts": "0", "MainPID": "812"}
@@ -53,6 +53,26 @@ def test_the_recorded_slow_run_is_named_queueing_at_max_num_seqs() -> None:
     assert any("the server's queue time P50 150.0 ms" in line for line in d.evidence)
     assert d.fix.startswith("raise max-num-seqs (now 4) in hosts.e2e-vllm.servers.doc.args")
     assert d.bench is not None and d.bench["baseline"]["run"] == "plan-base"
+
+
+def test_a_slow_client_on_an_idle_server_is_not_the_servers_slowness() -> None:
+    """A CI run's doctor on the idle e2e server (three streams of tests on two cores): every
+    round's client TTFT P50 about 29 ms against the recorded baseline's 8 ms, every stream read
+    in one piece (TPOT 0) — while the server's own TTFT over the round was 3.8 ms and it finished
+    only the round's 5 requests. The client was slow, not the server: not slower, and ok."""
+    baseline, _ = recorded()
+    fresh = copy.deepcopy(baseline)
+    fresh.update(requests=5, ok=5, warmup_requests=1,
+                 ttft_ms={**fresh["ttft_ms"], "p50": 29.064692, "mean": 29.226226},
+                 tpot_ms={**fresh["tpot_ms"], "p50": 0.0, "mean": 0.0})
+    fresh["server"] = {"ttft": {"count": 5.0, "mean": 0.0037574291229248045, "p50": 0.003},
+                       "requests_finished": 5.0}
+    assert slowdown(baseline, fresh) == []
+    assert diagnose(healthy({"baseline": baseline, "fresh": fresh})).status == OK
+    # the same round while the server also finished a request of a neighbour: slower
+    busy = copy.deepcopy(fresh)
+    busy["server"]["requests_finished"] = 6.0  # one more than its own 5: a neighbour's
+    assert [s["figure"] for s in slowdown(baseline, busy)] == ["TTFT P50"]
 
 
 def test_a_baseline_against_itself_is_ok() -> None:

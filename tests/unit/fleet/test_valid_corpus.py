@@ -20,12 +20,12 @@ from typing import Any
 
 import pytest
 
+from fleet.catalog.paths import model_path
+from fleet.hostplan.render import host_plan
 from fleet.load import load_fleet, load_text
-from fleet.paths import model_path
-from fleet.plan import plan_fleet
-from fleet.problems import Problem
-from fleet.render import host_plan
-from fleet.yamlread import read_yaml
+from fleet.planner.fit import plan_fleet
+from fleet.read.problems import Problem
+from fleet.read.yamlread import read_yaml
 from hostside import envfile
 from hostside.validate_args import exec_start, server_words, split_exec_start
 from tests.support.vllmparse import vllm_parse
@@ -45,7 +45,7 @@ def servers_of(path: Path) -> list[tuple[str, str, dict[str, Any]]]:
     ]
 
 
-def expected_words(server: dict[str, Any]) -> list[str]:
+def expected_words(server: dict[str, Any], name: str = "") -> list[str]:
     """The vLLM words a server's YAML says, built without the renderer (mappings: any JSON)."""
     names = server.get("served_model_name", server["model"])
     words = ["--model", model_path(server["model"]), "--served-model-name",
@@ -57,6 +57,19 @@ def expected_words(server: dict[str, Any]) -> list[str]:
             words.extend(str(item) for item in value)
         elif value is not True:
             words.append(value if isinstance(value, dict) else str(value))
+    return words + tls_words(server, name)
+
+
+def tls_words(server: dict[str, Any], name: str) -> list[str]:
+    """vLLM's TLS words of a server with ``tls``: the copies systemd hands its unit."""
+    tls = server.get("tls")
+    if tls is None:
+        return []
+    handed = f"/run/credentials/vllm-{name}.service/tls-"
+    words = ["--ssl-certfile", f"{handed}certificate", "--ssl-keyfile", f"{handed}key"]
+    if "client_ca" in tls:
+        words += ["--ssl-ca-certs", f"{handed}client-ca", "--ssl-cert-reqs",
+                  {"optional": "1", "required": "2"}[tls.get("client_certificates", "optional")]]
     return words
 
 
@@ -86,7 +99,7 @@ def test_exec_start_is_exactly_the_flags_given(path):
     lines = rendered_lines(path)
     for host, name, server in servers_of(path):
         words = server_words(split_exec_start(lines[f"{host}/{name}"]))
-        expected = expected_words(server)
+        expected = expected_words(server, name)
         assert len(words) == len(expected), (words, expected)
         for word, want in zip(words, expected, strict=True):
             if isinstance(want, dict):

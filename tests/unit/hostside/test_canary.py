@@ -4,10 +4,15 @@ equal one passes, both figures are printed either way."""
 
 from __future__ import annotations
 
+import shutil
+import subprocess
+import sys
+
 import pytest
 
-from hostside import canary
+from hostside import ROOT_DIR, canary, program_files
 from hostside.canary import Figures, verdict
+from loadgen.timing import RequestResult, StreamTimer
 from tests.support.fakeserver import FakeServer, Script
 
 
@@ -103,3 +108,35 @@ def test_no_old_replica_answering_skips_the_canary(capsys) -> None:
         ]) == 0  # fmt: skip
         assert new.requests == 0
     assert "skipped: no replica on the old configuration answers" in capsys.readouterr().out
+
+
+def test_the_canary_runs_from_its_uploaded_files_alone(tmp_path) -> None:
+    """The host's layout: only what the deploy uploads (hostside/ and loadgen/'s core) below one
+    folder, run by its file with an isolated python (no checkout, no PYTHONPATH)."""
+    for relative in program_files("canary"):
+        (tmp_path / relative).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(ROOT_DIR / relative, tmp_path / relative)
+    result = subprocess.run(
+        [sys.executable, "-I", str(tmp_path / "hostside" / "canary.py"), "--label", "t/a/new",
+         "--new", "http://127.0.0.1:9", "--old", "t/b/old=http://127.0.0.1:9", "--model", "m"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert "skipped: no replica on the old configuration answers" in result.stdout
+    assert (tmp_path / "loadgen" / "timing.py").is_file()
+    assert not (tmp_path / "loadgen" / "client.py").exists()  # aiohttp's part stays home
+
+
+def test_the_canary_times_a_stream_as_fleet_bench_does() -> None:
+    """One definition: the canary's figures are loadgen's StreamTimer's on the same stream."""
+    stream = [
+        (1.2, b'data: {"choices": [{"text": ""}]}'),  # a token whose character is not complete
+        (1.5, b'data: {"choices": [{"text": "ab"}]}'),
+        (1.9, b'data: {"choices": [], "usage": {"completion_tokens": 5}}'),
+    ]
+    timer = StreamTimer(RequestResult(start=1.0))
+    for at, line in stream:
+        timer.data(line[5:].strip(), at)
+    bench = timer.finish()
+    assert canary.timed(stream, 1.0) == (bench.ttft, bench.tpot)
+    assert bench.ttft == pytest.approx(0.2) and bench.tpot == pytest.approx(0.3 / 4)

@@ -37,8 +37,9 @@ def test_forget_removes_the_kept_copies(tmp_path: Path) -> None:
 def test_a_rollback_with_nothing_kept_says_so_and_touches_nothing(tmp_path: Path, capsys) -> None:
     live, _, pairs = _files(tmp_path)
     live.write_text("new unit\n")
-    args = ["rollback", "--label", "t/a/x", "--unit", "vllm-a.service", "--port", "1",
-            "--model", "tiny", "--env-file", str(tmp_path / "env"), *pairs]  # fmt: skip
+    args = ["rollback", "--label", "t/a/x", "--unit", "vllm-a.service",
+            "--url", "http://127.0.0.1:1", "--model", "tiny",
+            "--env-file", str(tmp_path / "env"), *pairs]  # fmt: skip
     assert canary_saved.main(args) == 2
     assert live.read_text() == "new unit\n"
     assert "nothing kept to roll back to" in capsys.readouterr().out

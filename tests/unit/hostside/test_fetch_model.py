@@ -30,8 +30,8 @@ from typing import Any
 
 import pytest
 
+from hostside import ROOT_DIR, local_command, program_files
 from hostside import fetch_model as fm
-from hostside import local_command, local_path, program_files
 from hostside.models import store
 from hostside.models.store import MANIFEST
 from tests.support.faultserver import FaultServer
@@ -231,6 +231,24 @@ def test_tar_zst(www: Path, tmp_path: Path, server: FaultServer, models: Path) -
     code, _, err = install(models, server.url("m.tar.zst"), sha(www / "m.tar.zst"))
     assert code == 0, err
     assert json.loads((models / NAME / "config.json").read_text()) == {"tag": "zst"}
+
+
+@pytest.mark.skipif(shutil.which("zstd") is None, reason="zstd is not installed")
+def test_tar_zst_with_a_long_tail_after_the_end_marker(
+    www: Path, tmp_path: Path, server: FaultServer, models: Path
+) -> None:
+    """tar stops reading at its end marker; what zstd still writes after it (padding: here
+    16 MiB of zeros, more than the reader's 4 MiB chunks and a pipe hold) must not fail a good
+    archive. The installer killed a zstd still running there: beside a busy core
+    ``test_tar_zst`` failed so (zstd descheduled between its last write and its exit)."""
+    plain = tmp_path / "m.tar"
+    make_tar(plain, model_members("tail"), "w")
+    with plain.open("ab") as tar:
+        tar.write(bytes(16 << 20))
+    subprocess.run(["zstd", "-q", "-f", str(plain), "-o", str(www / "m.tar.zst")], check=True)
+    code, _, err = install(models, server.url("m.tar.zst"), sha(www / "m.tar.zst"))
+    assert code == 0, err
+    assert json.loads((models / NAME / "config.json").read_text()) == {"tag": "tail"}
 
 
 def test_single_file(www: Path, server: FaultServer, models: Path) -> None:
@@ -589,7 +607,7 @@ def test_script_runs_with_the_system_python(installed, models: Path) -> None:
 
 @pytest.mark.parametrize("module", program_files("fetch_model"))
 def test_script_imports_only_the_standard_library(module: str) -> None:
-    source = (local_path("fetch_model").parent / module).read_text()
+    source = (ROOT_DIR / module).read_text()
     imported = {
         line.split()[1].split(".")[0]
         for line in source.splitlines()

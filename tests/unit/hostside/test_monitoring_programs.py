@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from fleet.monitoring import alertmanager_config
+from fleet.hostplan.monitoring import alertmanager_config
 from hostside import gpu_metrics, local_path
 
 ROOT = Path(__file__).resolve().parents[3]

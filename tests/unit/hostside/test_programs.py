@@ -112,25 +112,34 @@ def test_request_program_says_when_nothing_answers(tmp_path: Path) -> None:
 
 def test_readiness_check_sends_the_key(server) -> None:
     port, _, env = server
-    result = run_program("check_ready", "--port", str(port), "--model", "m", "--env-file", env,
-                         "--timeout", "10")
+    result = run_program("check_ready", "--url", f"http://127.0.0.1:{port}", "--model", "m",
+                         "--env-file", env, "--timeout", "10")
     assert result.returncode == 0, result.stderr
     assert "answered 2 tokens" in result.stdout
 
 
 def test_key_never_reaches_a_command_line(server) -> None:
     port, key, env = server
-    argv = local_command("check_ready", "--port", str(port), "--model", "m", "--env-file", env)
+    argv = local_command("check_ready", "--url", f"http://127.0.0.1:{port}", "--model", "m",
+                         "--env-file", env)
     assert key not in " ".join(argv)
 
 
 @pytest.mark.parametrize(
     ("program", "files"),
     [
-        ("wait_healthy", ["wait_healthy.py"]),
-        ("openpgp", ["openpgp.py"]),
-        ("check_ready", ["__init__.py", "check_ready.py", "envfile.py"]),
-        ("request", ["__init__.py", "envfile.py", "request.py"]),
+        ("wait_healthy", ["hostside/__init__.py", "hostside/tlsprobe.py",
+                          "hostside/wait_healthy.py"]),
+        ("openpgp", ["hostside/openpgp.py"]),
+        ("check_ready", ["hostside/__init__.py", "hostside/check_ready.py", "hostside/envfile.py",
+                         "hostside/tlsprobe.py"]),
+        ("request", ["hostside/__init__.py", "hostside/envfile.py", "hostside/request.py",
+                     "hostside/tlsprobe.py"]),
+        ("canary", [
+            "hostside/__init__.py", "hostside/canary.py", "hostside/envfile.py",
+            "hostside/router_workers.py", "loadgen/__init__.py", "loadgen/prompts.py",
+            "loadgen/stats.py", "loadgen/timing.py",
+        ]),
     ],
 )
 def test_program_files_are_what_it_imports(program: str, files: list[str]) -> None:
@@ -139,8 +148,8 @@ def test_program_files_are_what_it_imports(program: str, files: list[str]) -> No
 
 def test_the_installer_needs_its_modules() -> None:
     files = program_files("fetch_model")
-    assert files[0] == "__init__.py" and "fetch_model.py" in files
-    assert all((hostside.PACKAGE_DIR / name).is_file() for name in files)
+    assert files[0] == "hostside/__init__.py" and "hostside/fetch_model.py" in files
+    assert all((hostside.ROOT_DIR / name).is_file() for name in files)
     assert len(files) > 3
 
 
@@ -162,7 +171,9 @@ def test_modules_import_only_the_standard_library_and_siblings(path: Path) -> No
             imported |= {alias.name.split(".")[0] for alias in node.names}
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
             imported.add(node.module.split(".")[0])
-    imported -= {"__future__", "hostside", "huggingface_hub", "vllm"}  # the last two: optional
+    # siblings, loadgen's uploaded core (tests/unit/test_architecture.py holds it to the
+    # standard library), and the vLLM venv's optional two
+    imported -= {"__future__", *hostside.UPLOADED_PACKAGES, "huggingface_hub", "vllm"}
     assert imported <= set(sys.stdlib_module_names), imported - set(sys.stdlib_module_names)
 
 

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 import pytest
 from pyinfra.api import StringCommand
 
-from fleet.hostplan import ReplicaCanary, ReplicaRollout
+from fleet.hostplan.types import ReplicaCanary, ReplicaRollout
 from operations import canary as gate
 from operations import endpoints as ops
 from operations.canary import CanaryCommands, canary_commands
@@ -111,7 +111,8 @@ def test_a_failed_start_forgets_the_kept_copies_and_never_measures() -> None:
 
 def test_the_measure_command_names_both_replicas_and_the_gate() -> None:
     pairs = ["--restore", "/etc/u=/var/p/u"]
-    built = canary_commands(rollout("a/x"), "tiny/a/x", "vllm-x.service", 18401, "tiny",
+    built = canary_commands(rollout("a/x"), "tiny/a/x", "vllm-x.service",
+                            "http://127.0.0.2:18401", "tiny",
                             "/etc/vllm-fleet/x.env", pairs)  # fmt: skip
     assert built is not None
     measure = built.measure.get_raw_value()
@@ -122,8 +123,9 @@ def test_the_measure_command_names_both_replicas_and_the_gate() -> None:
                  "--floor-ms 2.0"):  # fmt: skip
         assert part in measure
     assert built.rollback.get_raw_value().endswith(
-        "canary_saved.py rollback --label tiny/a/x --unit vllm-x.service --port 18401 "
+        "canary_saved.py rollback --label tiny/a/x --unit vllm-x.service "
+        "--url http://127.0.0.2:18401 "
         "--model tiny --env-file /etc/vllm-fleet/x.env --restore /etc/u=/var/p/u"
     )
     no_canary = ReplicaRollout("tiny", "a/x", "a", "u", "w", 1, 5)
-    assert canary_commands(no_canary, "t", "u", 1, "m", "e", pairs) is None
+    assert canary_commands(no_canary, "t", "u", "http://127.0.0.1:1", "m", "e", pairs) is None

@@ -9,9 +9,9 @@ from pathlib import Path
 from pyinfra.context import ctx_host
 
 from facts.router import ROUTER_UNIT_MARKER, FleetRouterUnits
-from fleet.hostplan import ReplicaRollout
+from fleet.hostplan.render import host_plan
+from fleet.hostplan.types import ReplicaRollout
 from fleet.load import load_fleet
-from fleet.render import host_plan
 from operations import endpoints as ops
 from tests.support.opharness import FakeHost, run_op
 
@@ -67,7 +67,8 @@ def test_a_rollout_is_one_callback_with_the_four_steps() -> None:
     fake = FakeHost({})
     with ctx_host.use(fake):
         (command,) = list(ops.replica_rolled._inner(
-            rollout=ROLLOUT, unit="vllm-tiny-b.service", port=18402, served_name="tiny",
+            rollout=ROLLOUT, unit="vllm-tiny-b.service", url="http://127.0.0.2:18402",
+            served_name="tiny",
             env_file="/etc/vllm-fleet/tiny-b.env",
             restore={"/etc/systemd/system/vllm-tiny-b.service": "/p/vllm-tiny-b.service"},
             roll_script="/h/roll_replica.py", router_script="/h/router_workers.py",
@@ -84,4 +85,5 @@ def test_a_rollout_is_one_callback_with_the_four_steps() -> None:
         "--restore /etc/systemd/system/vllm-tiny-b.service=/p/vllm-tiny-b.service "
         "--drain-timeout 30"
     )
+    assert " --url http://127.0.0.2:18402 " in update.get_raw_value()
     assert abandon.get_raw_value().endswith("--abandon")

@@ -13,9 +13,9 @@ import pytest
 from pyinfra.api import FileUploadCommand
 
 from facts.models import ModelCheck
-from fleet.hostplan import ModelInstall
-from fleet.modelplan import model_check, model_plan
-from fleet.spec import Model, SecretRef
+from fleet.hostplan.modelplan import model_check, model_plan
+from fleet.hostplan.types import ModelInstall
+from fleet.spec.models import Model, SecretRef
 from operations import models as deploy_models
 
 SHA = "7bba1c3a1056cbe482242a8d8e69c897ff9ce84035c28602bad26bfe0f76523a"

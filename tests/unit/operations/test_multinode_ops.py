@@ -15,8 +15,8 @@ from pyinfra.connectors.util import CommandOutput
 from pyinfra.context import ctx_host
 
 from deploys.multinode import WAITS, group_failed, groups_reachable
+from fleet.hostplan.render import host_plan
 from fleet.load import load_fleet
-from fleet.render import host_plan
 from operations.multinode import (
     group_refused,
     member_restarted,

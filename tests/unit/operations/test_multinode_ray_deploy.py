@@ -16,22 +16,21 @@ import pytest
 from deploys import multinode
 from deploys.multinode import group_members
 from deploys.plan import current_plan, upload_programs
+from fleet.hostplan.render import host_plan
 from fleet.load import load_fleet
-from fleet.render import host_plan
 from tests.support.deployharness import Step, prepared
 
 ROOT = Path(__file__).resolve().parents[3]
 EXAMPLE = ROOT / "inventory" / "examples" / "h200-pair-ray.yaml"
 HEAD, WORKER = "hgx-h200-01", "hgx-h200-02"
 UNIT, RAY_UNIT = "vllm-deepseek.service", "vllm-deepseek-ray.service"
-PROGRAMS = {name: name for name in ("validate_args", "group_wait", "check_ready", "vllm_serve",
-                                     "wait_joined", "ray_node", "ray_joined")}
 
 
 def members() -> None:
     """What deploys/services.py runs for a host's group members."""
     plan = current_plan()
-    group_members([e for e in plan.servers if e.group], upload_programs(PROGRAMS), {})
+    uploaded = upload_programs({program.name: program.description for program in plan.programs})
+    group_members([e for e in plan.servers if e.group], uploaded, {})
 
 
 @pytest.fixture(scope="module")
@@ -78,7 +77,8 @@ def test_the_worker_writes_its_ray_worker_unit(steps) -> None:
 def test_both_members_get_the_ray_programs(steps) -> None:
     for host in (HEAD, WORKER):
         for program in ("ray_node", "ray_joined"):
-            assert any(s.host == host and f"Upload {program}" in s.names
+            assert any(s.host == host and any(c.endswith(f"/hostside/{program}.py)")
+                                              for c in s.commands)
                        for s in steps), (host, program)
 
 
@@ -104,7 +104,7 @@ def test_the_waits_come_after_every_start_and_the_completion_last(steps) -> None
     head_wait = [i for i, s in enumerate(steps) if s.host == HEAD
                  and any("group_wait.py --unit" in c for c in s.commands)]
     completion = [i for i, s in enumerate(steps) if s.host == HEAD
-                  and any("check_ready.py --port" in c for c in s.commands)]
+                  and any("check_ready.py --url" in c for c in s.commands)]
     assert starts < worker_wait[0] < head_wait[0] < completion[0]
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import hashlib
 
-from fleet.paths import NODE_EXPORTER_DROPIN, PROMETHEUS_DROPIN
+from fleet.catalog.paths import NODE_EXPORTER_DROPIN, PROMETHEUS_DROPIN
 from operations import monitoring as ops
 from tests.support.opharness import run_op
 

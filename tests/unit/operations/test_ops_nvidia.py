@@ -12,9 +12,7 @@ from pyinfra.api.exceptions import DeployError
 from pyinfra.context import ctx_host
 
 from deploys import nvidia as nvidia_deploy
-from fleet.hostplan import StackPlan
-from fleet.spec import Host
-from fleet.stack import (
+from fleet.hostplan.stack import (
     GOVERNOR_UNIT,
     DriverLayout,
     DriverPackages,
@@ -24,8 +22,11 @@ from fleet.stack import (
     source_text,
     stack_plan,
 )
+from fleet.hostplan.types import StackPlan
+from fleet.spec.models import Host
 from operations import nvidia
 from operations.host import governor_applied
+from tests.support import systemdwords
 from tests.support.opharness import FakeHost, run_op
 
 H200_PCI = {
@@ -92,6 +93,31 @@ def test_ubuntu_apt_source_is_signed_by_its_own_key() -> None:
         "deb [signed-by=/etc/apt/keyrings/vllm-fleet-nvidia.gpg] "
         "https://developer.download.nvidia.com/compute/cuda/repos/ubuntu2404/x86_64/ /"
     ) in text
+
+
+def apt_words(line: str) -> list[str]:
+    """A one-line apt source as apt reads it: the rest after ``#`` is a comment, words split on
+    blanks."""
+    return line.partition("#")[0].split()
+
+
+@pytest.mark.parametrize("repository", [
+    "https://mirror.example/cuda", "http://10.0.0.5:8080/nvidia/repos", "https://m.example/a?b=c",
+    "https://[fd00::5]/cuda", "https://m.example/a]b[c",
+])
+def test_an_accepted_repository_is_one_word_of_the_apt_source(repository: str) -> None:
+    nvidia = stack(nvidia={"driver": "570", "repository": repository}).nvidia
+    [line] = [line for line in source_text(nvidia, "ubuntu2404", "x86_64").splitlines()
+              if not line.startswith("#")]
+    assert apt_words(line) == ["deb", f"[signed-by={nvidia.keyring}]",
+                               f"{repository}/ubuntu2404/x86_64/", "/"]
+
+
+@pytest.mark.parametrize("repository", ["https://mirror.example/cuda#", "https://m.example/#x",
+                                        "https://m.example/a b", "https://m.example/a\tb"])
+def test_a_repository_that_would_end_or_split_the_apt_source_is_refused(repository: str) -> None:
+    with pytest.raises(ValueError, match="repository"):
+        stack(nvidia={"driver": "570", "repository": repository})
 
 
 def test_arm64_uses_the_sbsa_repository() -> None:
@@ -291,7 +317,9 @@ def test_cuda_profile_puts_the_pinned_toolkit_on_path() -> None:
 
 def test_governor_unit_escapes_the_shell_variable_for_systemd() -> None:
     text = stack(cpu_governor="performance").governor.unit_text
-    assert 'echo performance > "$$f"' in text
+    assert 'echo performance > \\"$$f\\"' in text
+    line = next(value for key, value in systemdwords.lines(text) if key == "ExecStart")
+    assert systemdwords.commands(line)[0].argv[-1].endswith('echo performance > "$f"; done')
     assert "ConditionPathExists=/sys/devices/system/cpu/cpu0/cpufreq/scaling_governor" in text
 
 

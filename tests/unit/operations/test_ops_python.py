@@ -126,6 +126,6 @@ def test_conflicting_packages_are_removed_after_install() -> None:
     ],
 )
 def test_torch_index_of_each_variant(vllm, index) -> None:
-    from fleet.spec import Vllm
+    from fleet.spec.models import Vllm
 
     assert Vllm.model_validate(vllm).torch_index == index

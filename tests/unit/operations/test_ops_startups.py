@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import shlex
 
-from fleet.paths import MODEL_INSTALLS, STARTUPS_DIR, remote_program, startup_record
+from fleet.catalog.paths import MODEL_INSTALLS, STARTUPS_DIR, remote_program, startup_record
 from operations.startups import start_recorded
 from tests.support.opharness import run_op
 

@@ -11,7 +11,7 @@ import pytest
 from pyinfra.api import StringCommand
 from pyinfra.connectors.util import CommandOutput, OutputLine
 
-from fleet.hostplan import ReplicaRollout
+from fleet.hostplan.types import ReplicaRollout
 from operations import endpoints as ops
 
 

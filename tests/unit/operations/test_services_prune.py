@@ -13,11 +13,7 @@ from operations import services as ops
 from tests.support.opharness import run_op
 
 ROOT = Path(__file__).resolve().parents[3]
-ARGS = {
-    "unit_dir": "/etc/systemd/system",
-    "env_dir": "/etc/vllm-fleet",
-    "previous_dir": "/var/lib/vllm-fleet/previous",
-}
+ARGS = {"unit_dir": "/etc/systemd/system"}
 
 
 def test_nothing_to_do_when_the_host_has_only_declared_units() -> None:
@@ -72,8 +68,8 @@ def test_the_fact_is_empty_on_a_host_without_units(tmp_path: Path) -> None:
 
 def test_the_rendered_unit_starts_with_the_marker() -> None:
     """What the fact looks for is what the template writes."""
+    from fleet.hostplan.render import host_plan
     from fleet.load import load_fleet
-    from fleet.render import host_plan
 
     fleet = load_fleet(ROOT / "inventory" / "sandbox.yaml")
     plan = host_plan(fleet, next(iter(fleet.hosts)))

@@ -1,4 +1,4 @@
-"""Sandbox hosts: real systemd containers reached over real SSH (sandbox.hosts).
+"""Sandbox hosts: real systemd containers reached over real SSH (sandbox.hosts and its parts).
 
 The e2e tests share two hosts started once for the module, in a temporary FLEET_SANDBOX_DIR;
 the base image is cached in the default IMAGE_DIR, so only the first run builds it (~35 s).
@@ -18,8 +18,10 @@ from pathlib import Path
 
 import pytest
 
+from sandbox import containers, state, system
 from sandbox import hosts as sandbox
-from sandbox.hosts import SandboxError
+from sandbox.state import SandboxHost
+from sandbox.system import SandboxError
 
 A, B, C = "t-sbx-a", "t-sbx-b", "t-sbx-c"
 
@@ -59,13 +61,13 @@ def run_on(name: str, command: str) -> str:
 
 
 def test_missing_tools_name_the_apt_command(monkeypatch):
-    monkeypatch.setattr(sandbox.shutil, "which", lambda tool: None)
+    monkeypatch.setattr(system.shutil, "which", lambda tool: None)
     with pytest.raises(SandboxError, match="apt-get install systemd-container mmdebstrap"):
-        sandbox._require_tools("systemd-nspawn", "mmdebstrap")
+        system.require_tools("systemd-nspawn", "mmdebstrap")
 
 
 def test_not_root_is_refused(monkeypatch):
-    monkeypatch.setattr(sandbox.os, "geteuid", lambda: 1000)
+    monkeypatch.setattr(system.os, "geteuid", lambda: 1000)
     with pytest.raises(SandboxError, match="need root"):
         sandbox.up({"t-sbx-x": []})
 
@@ -84,10 +86,10 @@ def sandbox_dir(tmp_path_factory):
         pytest.skip("sandbox hosts need root")
     path = tmp_path_factory.mktemp("sandbox")
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(sandbox, "SANDBOX_DIR", path)
+        mp.setattr(state, "SANDBOX_DIR", path)
         mp.setenv("FLEET_SANDBOX_DIR", str(path))
         yield path
-        sandbox.down(sandbox.list_hosts())
+        sandbox.down(state.list_hosts())
 
 
 @pytest.fixture(scope="module")
@@ -97,7 +99,7 @@ def declared(sandbox_dir) -> dict[str, list[int]]:
 
 
 @pytest.fixture(scope="module")
-def hosts(declared) -> dict[str, sandbox.SandboxHost]:
+def hosts(declared) -> dict[str, SandboxHost]:
     try:
         yield {h.name: h for h in sandbox.up(declared)}
     finally:
@@ -155,8 +157,8 @@ def test_each_host_has_its_own_cgroup(hosts):
     cgroups = {n: Path(f"/proc/{h.pid}/cgroup").read_text() for n, h in hosts.items()}
     assert cgroups[A] != cgroups[B]
     for name, text in cgroups.items():
-        assert f"0::/{sandbox.CGROUP_PREFIX}{name}/" in text
-        assert f"name=systemd:/{sandbox.CGROUP_PREFIX}{name}/" in text
+        assert f"0::/{containers.CGROUP_PREFIX}{name}/" in text
+        assert f"name=systemd:/{containers.CGROUP_PREFIX}{name}/" in text
 
 
 @pytest.mark.e2e
@@ -249,8 +251,8 @@ def test_down_stops_everything_and_is_idempotent(hosts, sandbox_dir):
         cmdline = Path(f"/proc/{host.pid}/cmdline")
         assert not cmdline.exists() or b"systemd-nspawn" not in cmdline.read_bytes()
         assert not (sandbox_dir / name).exists()
-        assert not Path(f"/sys/fs/cgroup/unified/{sandbox.CGROUP_PREFIX}{name}").exists()
-        assert not Path(f"/sys/fs/cgroup/systemd/{sandbox.CGROUP_PREFIX}{name}").exists()
+        assert not Path(f"/sys/fs/cgroup/unified/{containers.CGROUP_PREFIX}{name}").exists()
+        assert not Path(f"/sys/fs/cgroup/systemd/{containers.CGROUP_PREFIX}{name}").exists()
         assert sandbox.connection(name) is None
     assert str(sandbox_dir) not in Path("/proc/self/mountinfo").read_text()
     assert [h.state for h in sandbox.down([A, B])] == ["absent", "absent"]

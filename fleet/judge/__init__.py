@@ -1,0 +1,1 @@
+"""Judge: observed state held against the plan (health, diagnosis, slowness)."""

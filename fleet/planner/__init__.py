@@ -1,0 +1,1 @@
+"""Planner: memory, fit, placement, replicas and sizing: what goes on which GPU."""

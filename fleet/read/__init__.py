@@ -1,0 +1,1 @@
+"""Read: bytes and YAML in, located problems out (imports nothing else of fleet)."""
