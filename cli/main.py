@@ -123,6 +123,10 @@ def cmd_render(args: argparse.Namespace) -> int:
         for path, text in rendered_files(plan.monitoring):
             out.rule(f"{name}: {path}")
             out.print(text, markup=False, soft_wrap=True)
+        prometheus = plan.monitoring.prometheus if plan.monitoring else None
+        for ca in prometheus.ca_files if prometheus else ():
+            out.print(f"{ca.path} (root:prometheus, 0640; the CA Prometheus trusts for "
+                      f"{ca.server}; content not shown)", markup=False, soft_wrap=True)
         for router in plan.routers:
             out.rule(f"{name}: {router.unit_path} (endpoint {router.endpoint})")
             out.print(router.unit_text, markup=False, soft_wrap=True)

@@ -118,6 +118,7 @@ def _prometheus(plan: PrometheusPlan) -> None:
     installed = _install(service, "Prometheus")
     files.directory(name="Create the folder of the fleet's Prometheus configuration",
                     path=plan.config_dir, user="root", group="root", mode="755")  # fmt: skip
+    cas = _scrape_cas(plan)
     script, script_ops = upload_program("prometheus_config", "the checked configuration installer")
     config = prometheus_config_installed(
         name="Install prometheus.yml and its rules (only once promtool check config passed)",
@@ -137,7 +138,7 @@ def _prometheus(plan: PrometheusPlan) -> None:
         name="Reload Prometheus's configuration",
         commands=[f"systemctl reset-failed {service.unit} 2>/dev/null || true",
                   f"systemctl reload-or-restart {service.unit}"],
-        _if=config.did_change,
+        _if=any_changed(config, *cas),
     )  # fmt: skip
     started = systemd.service(name=f"Enable and start {service.unit}", service=service.unit,
                               running=True, enabled=True)  # fmt: skip
@@ -149,6 +150,26 @@ def _prometheus(plan: PrometheusPlan) -> None:
     del script_ops
     if plan.alertmanager is not None and plan.alertmanager_config_path is not None:
         _alertmanager(plan, plan.alertmanager, plan.alertmanager_config_path, script)
+
+
+def _scrape_cas(plan: PrometheusPlan) -> list[OperationMeta]:
+    """The CA file of each TLS server's https scrape, readable by the prometheus user (group)
+    alone, written once the package made that user; the operations, for ``any_changed``."""
+    if not plan.ca_files:
+        return []
+    files.directory(name="Create the folder of the CAs Prometheus trusts for its https scrapes",
+                    path=plan.ca_dir, user="root", group="prometheus", mode="750")  # fmt: skip
+    return [
+        files.put(
+            name=f"Write the CA Prometheus trusts for {ca.server}",
+            src=StringIO(ca.text),
+            dest=ca.path,
+            user="root",
+            group="prometheus",
+            mode="640",
+        )
+        for ca in plan.ca_files
+    ]
 
 
 def _alertmanager(plan: PrometheusPlan, service: ServiceDropin, config_path: str,

@@ -17,12 +17,15 @@ from typing import Any
 import aiohttp
 
 from loadgen.timing import RequestResult, StreamTimer
+from loadgen.trust import is_certificate_error
 
 
 def _error_kind(error: BaseException) -> str:
     """The :data:`ERROR_KINDS` kind of an exception raised while requesting."""
     if isinstance(error, asyncio.TimeoutError | aiohttp.ServerTimeoutError):
         return "timeout"
+    if is_certificate_error(error):
+        return "certificate"
     if isinstance(error, aiohttp.ClientConnectorError):
         if error.os_error is not None and error.os_error.errno == errno.ECONNREFUSED:
             return "connection_refused"

@@ -27,6 +27,7 @@ import asyncio
 import contextlib
 import json
 import random
+import ssl
 import time
 import urllib.error
 import urllib.request
@@ -36,7 +37,7 @@ from typing import Any, Protocol
 
 import aiohttp
 
-from loadgen import servermetrics
+from loadgen import servermetrics, trust
 from loadgen.client import stream_request
 from loadgen.gpu import GpuSampler, summarize_gpus
 from loadgen.timing import Prompt, RequestResult, endpoint, request_body
@@ -133,10 +134,13 @@ class Target:
     + api: ``completions`` or ``chat``
     + api_key: sent as a bearer token; never printed
     + name: how reports name the server (``HOST/SERVER`` or the URL)
+    + ca_pem: https: the only certificates trusted (PEM text; "" for the system's CA store)
+    + tls_name: https with ``ca_pem``: the name the certificate must cover, whatever address
+      ``base_url`` connects to (an SSH port forward's ``127.0.0.1:LOCAL``)
 
     Example:
         >>> Target("http://127.0.0.1:1", "tiny", api_key="s3cret")
-        Target(base_url='http://127.0.0.1:1', model='tiny', api='completions', name='')
+        Target(base_url='http://127.0.0.1:1', model='tiny', api='completions', name='', tls_name='')
     """
 
     base_url: str
@@ -144,6 +148,8 @@ class Target:
     api: str = "completions"
     api_key: str | None = field(default=None, repr=False)
     name: str = ""
+    ca_pem: str = field(default="", repr=False)
+    tls_name: str = ""
 
     def headers(self) -> dict[str, str]:
         """Request headers: JSON, and the bearer token when there is a key."""
@@ -151,6 +157,10 @@ class Target:
         if self.api_key:
             headers["Authorization"] = f"Bearer {self.api_key}"
         return headers
+
+    def ssl_context(self) -> ssl.SSLContext | None:
+        """The https context of every request (:func:`loadgen.trust.context`; None: default)."""
+        return trust.context(self.ca_pem, self.tls_name)
 
 
 @dataclass
@@ -215,21 +225,25 @@ class NoProgress:
         pass
 
 
-def _get(url: str, headers: dict[str, str], timeout: float = 10.0) -> bytes:
+def _get(url: str, headers: dict[str, str], timeout: float = 10.0,
+         context: ssl.SSLContext | None = None) -> bytes:  # fmt: skip
     request = urllib.request.Request(url, headers=headers)
-    with urllib.request.urlopen(request, timeout=timeout) as response:
+    with urllib.request.urlopen(request, timeout=timeout, context=context) as response:
         return response.read()
 
 
-def _post(url: str, body: dict[str, Any], headers: dict[str, str], timeout: float = 30.0) -> Any:
+def _post(url: str, body: dict[str, Any], headers: dict[str, str], timeout: float = 30.0,
+          context: ssl.SSLContext | None = None) -> Any:  # fmt: skip
     request = urllib.request.Request(url, data=json.dumps(body).encode(), headers=headers)
-    with urllib.request.urlopen(request, timeout=timeout) as response:
+    with urllib.request.urlopen(request, timeout=timeout, context=context) as response:
         return json.loads(response.read())
 
 
-def served_model(base_url: str, headers: dict[str, str]) -> str:
-    """The first model a server lists at ``/v1/models`` (for ``--url`` without ``--model``)."""
-    reply = json.loads(_get(base_url.rstrip("/") + "/v1/models", headers))
+def served_model(base_url: str, headers: dict[str, str],
+                 context: ssl.SSLContext | None = None) -> str:  # fmt: skip
+    """The first model a server lists at ``/v1/models`` (for ``--url`` without ``--model``);
+    ``context``: https trust (:meth:`Target.ssl_context`)."""
+    reply = json.loads(_get(base_url.rstrip("/") + "/v1/models", headers, context=context))
     return reply["data"][0]["id"]
 
 
@@ -238,22 +252,26 @@ def server_tokenizer(
 ) -> tuple[Callable[[str], list[int]], Callable[[list[int]], str]] | None:
     """``(tokenize, detokenize)`` through vLLM's ``/tokenize`` and ``/detokenize``, or None.
 
-    None when the server lacks them (not vLLM, or disabled): prompts then count words.
+    None when the server lacks them (not vLLM, or disabled): prompts then count words. A
+    refused https certificate is raised (an OSError: :func:`loadgen.trust.is_certificate_error`).
     """
     base = target.base_url.rstrip("/")
     headers = target.headers()
+    context = target.ssl_context()
 
     def tokenize(text: str) -> list[int]:
         body = {"model": target.model, "prompt": text, "add_special_tokens": False}
-        return list(_post(base + "/tokenize", body, headers)["tokens"])
+        return list(_post(base + "/tokenize", body, headers, context=context)["tokens"])
 
     def detokenize(tokens: list[int]) -> str:
         return str(_post(base + "/detokenize", {"model": target.model, "tokens": tokens},
-                         headers)["prompt"])
+                         headers, context=context)["prompt"])
 
     try:
         detokenize(tokenize("hello world"))
-    except (OSError, ValueError, KeyError, urllib.error.HTTPError):
+    except (OSError, ValueError, KeyError, urllib.error.HTTPError) as error:
+        if trust.is_certificate_error(error):  # not a server without /tokenize: said as it is
+            raise
         return None
     return tokenize, detokenize
 
@@ -428,7 +446,9 @@ class Runner:
 
     async def run(self, steps: list[Step]) -> list[StepRun]:
         """Run every step in order; return their results."""
-        connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=60)
+        context = self.target.ssl_context()
+        connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=60,
+                                         ssl=True if context is None else context)
         runs = []
         rng = random.Random(self.options.seed)
         async with aiohttp.ClientSession(connector=connector) as session:

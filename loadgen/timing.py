@@ -48,6 +48,8 @@ ERROR_KINDS = {
     "http_<status>": "the server answered with an HTTP error status",
     "connection_refused": "nothing listens on the server's port",
     "connection_error": "the connection failed otherwise (DNS, reset, unreachable)",
+    "certificate": "https: the server's certificate was refused (not signed by the CA trusted, "
+    "or not for the name checked)",
     "disconnected": "the server closed the connection mid-stream",
     "timeout": "no complete answer within --timeout",
     "stream_error": "the stream carried an error object",

@@ -43,12 +43,14 @@ from cli.console import err, out
 from cli.inventory import connection_data
 from cli.remote import ssh_command
 from fleet.hostplan.secrets import read_secret
+from fleet.hostplan.tls import trusted_text
 from fleet.load import load_fleet
 from fleet.planner.endpoints import client_url, served_name
 from fleet.planner.reach import server_reach
 from fleet.read.problems import FleetError
 from fleet.spec.addresses import bracket, is_any, is_loopback, local_address
 from fleet.spec.models import Variant
+from loadgen import trust
 from loadgen.gpu import nvidia_smi_command
 from loadgen.prompts import PromptError, load_jsonl, synthetic_prompts
 from loadgen.runner import (
@@ -170,6 +172,14 @@ class Resolved:
     gpu_argv: list[str] | None = None
     notes: list[str] = field(default_factory=list)
     tunnel: Any = None
+    ca_pem: str = field(default="", repr=False)
+    tls_name: str = ""
+
+    def target(self, api: str) -> Target:
+        """The load generator's target: its URL, model, key, and https trust (a TLS server's
+        CA from the fleet file, checked for the name its certificate covers)."""
+        return Target(self.base_url, self.model or "", api, self.api_key, self.name,
+                      ca_pem=self.ca_pem, tls_name=self.tls_name)
 
 
 class BenchError(Exception):
@@ -227,13 +237,21 @@ def resolve_target(args: argparse.Namespace) -> Iterator[Resolved]:
         raise BenchError("\n".join(str(p) for p in error.problems)) from None
     except ValueError as error:
         raise BenchError(f"{host_name}/{server_name}: API key: {error}") from None
-    reach = server_reach(server)
+    reach = server_reach(server, host.address)
     resolved = Resolved(
         base_url="",
         model=server.served_name,
         api_key=key,
         name=f"{host_name}/{server_name}",
     )
+    if server.tls is not None:  # its CA, read here as fleet check reads it; its certificate's name
+        try:
+            resolved.ca_pem = trusted_text(server.tls, read_secret)
+        except ValueError as error:
+            raise BenchError(f"{host_name}/{server_name}: tls: {error}") from None
+        resolved.tls_name = reach.tls_name
+        resolved.notes.append(f"https trusting the CA of the fleet file's tls, for the name "
+                              f"{reach.tls_name}")
     if host.vllm.variant is Variant.cpu:
         resolved.notes.append(f"{host_name} is a cpu host: no GPU sampling")
     else:
@@ -348,7 +366,11 @@ def _prompts(args: argparse.Namespace, target: Any, notes: list[str]) -> list[An
 
     if args.prompts:
         return load_jsonl(args.prompts, args.output_len)
-    tokenizer = server_tokenizer(target)
+    try:
+        tokenizer = server_tokenizer(target)
+    except OSError as error:  # a refused certificate
+        raise BenchError(f"{target.name or target.base_url}: "
+                         f"{trust.refusal(error, target.tls_name)}") from None
     if tokenizer is None:
         notes.append("the server has no /tokenize: synthetic prompts have --input-len words, "
                      "not tokens (the input token counts are the server's)")
@@ -379,11 +401,11 @@ def cmd_bench(args: argparse.Namespace) -> int:
     out_dir = Path(args.out or f"bench-results/{time.strftime('%Y%m%d-%H%M%S')}")
     try:
         with resolve_target(args) as resolved:
-            target = Target(resolved.base_url, resolved.model or "", args.api,
-                            resolved.api_key, resolved.name)
+            target = resolved.target(args.api)
             if not target.model:
                 try:
-                    target.model = served_model(target.base_url, target.headers())
+                    target.model = served_model(target.base_url, target.headers(),
+                                                target.ssl_context())
                 except (OSError, ValueError, KeyError, IndexError) as error:
                     raise BenchError(f"cannot list the models of {target.base_url}: {error}") \
                         from None

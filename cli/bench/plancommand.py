@@ -46,7 +46,7 @@ from fleet.catalog.paths import unit_name
 from fleet.load import load_fleet
 from fleet.read.problems import FleetError
 from loadgen.prompts import PromptError
-from loadgen.runner import Options, Runner, Target, parse_loads, served_model
+from loadgen.runner import Options, Runner, parse_loads, served_model
 from loadgen.stats import parse_slo
 
 
@@ -211,11 +211,10 @@ def _target(resolved: Any, args: argparse.Namespace, item: Chosen | None, fleet:
             options: Options, prompts_for: Callable[..., list[Any]],
             notes: list[str]) -> PlanTarget:
     """One server's runner and samplers, from what ``resolve`` found."""
-    target = Target(resolved.base_url, resolved.model or "", args.api, resolved.api_key,
-                    resolved.name)
+    target = resolved.target(args.api)
     if not target.model:
         try:
-            target.model = served_model(target.base_url, target.headers())
+            target.model = served_model(target.base_url, target.headers(), target.ssl_context())
         except (OSError, ValueError, KeyError, IndexError) as error:
             raise ValueError(f"cannot list the models of {target.base_url}: {error}") from None
     here: list[str] = list(resolved.notes)

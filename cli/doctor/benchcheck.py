@@ -30,6 +30,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import ssl
 import time
 import urllib.request
 from pathlib import Path
@@ -38,7 +39,7 @@ from typing import Any
 from cli.bench import report as reports
 from cli.bench.command import BenchError, resolve_target
 from fleet.judge.slowness import percentile, slowdown
-from loadgen import servermetrics
+from loadgen import servermetrics, trust
 from loadgen.prompts import PromptError, load_jsonl, synthetic_prompts
 from loadgen.runner import Options, Runner, Step, Target, server_tokenizer
 
@@ -124,16 +125,22 @@ def _prompts(baseline: dict[str, Any], target: Target) -> list[Any]:
         if not Path(source).is_file():
             raise BenchError(f"its last bench used the prompts of {source}, which is not here")
         return load_jsonl(source, output_len)
-    tokenizer = server_tokenizer(target)
+    try:
+        tokenizer = server_tokenizer(target)
+    except OSError as error:  # a refused certificate
+        raise BenchError(trust.refusal(error, target.tls_name)) from None
     return synthetic_prompts(16, int(baseline.get("input_len") or 128), output_len,
                              int(baseline.get("seed") or 0), *(tokenizer or ()))  # fmt: skip
 
 
-def server_now(base_url: str, model: str | None) -> dict[str, Any]:
+def server_now(base_url: str, model: str | None,
+               context: ssl.SSLContext | None = None) -> dict[str, Any]:  # fmt: skip
     """The server's ``/metrics`` now: its own TTFT since its start (``ttft``: P50, P99, count;
-    seconds) and its gauges (``gauges``: running and waiting requests, KV cache usage)."""
+    seconds) and its gauges (``gauges``: running and waiting requests, KV cache usage);
+    ``context``: https trust (:meth:`loadgen.runner.Target.ssl_context`)."""
     try:
-        with urllib.request.urlopen(base_url.rstrip("/") + "/metrics", timeout=10) as reply:
+        with urllib.request.urlopen(base_url.rstrip("/") + "/metrics", timeout=10,
+                                    context=context) as reply:
             scrape = servermetrics.parse_prometheus(reply.read().decode())
     except (OSError, ValueError):
         return {}
@@ -155,8 +162,7 @@ def measure(fleet_path: str, name: str, baseline: dict[str, Any], requests: int 
                               sample_interval=0.5, api_key_env=None, model=None)  # fmt: skip
     try:
         with resolve_target(args) as resolved:
-            target = Target(resolved.base_url, resolved.model or "", baseline["api"],
-                            resolved.api_key, resolved.name)  # fmt: skip
+            target = resolved.target(baseline["api"])
             return measure_target(target, baseline, resolved.gpu_argv, requests, rounds_at_most)
     except (BenchError, OSError, ValueError) as error:
         return {"error": " ".join(str(error).split())[:300]}
@@ -186,7 +192,7 @@ def measure_target(target: Target, baseline: dict[str, Any], gpu_argv: list[str]
             rounds.append(reports.step_report(asyncio.run(runner.run([step]))[0]))
             if not rounds[-1]["ok"] or not slowdown(baseline, rounds[-1]):
                 break
-        now = server_now(target.base_url, target.model or None)
+        now = server_now(target.base_url, target.model or None, target.ssl_context())
     except (BenchError, PromptError, OSError, ValueError) as error:
         return {"error": " ".join(str(error).split())[:300]}
     if not rounds[-1]["ok"]:

@@ -260,6 +260,9 @@ PROMETHEUS_CONFIG = f"{PROMETHEUS_DIR}/prometheus.yml"
 #: configuration is checked with its own staged rules).
 PROMETHEUS_RULES_NAME = "fleet-rules.yml"
 PROMETHEUS_RULES = f"{PROMETHEUS_DIR}/{PROMETHEUS_RULES_NAME}"
+#: The CA certificates Prometheus trusts for the https scrape of each TLS server (root-owned,
+#: group prometheus, 0640; :func:`scrape_ca_path`).
+PROMETHEUS_TLS_DIR = f"{PROMETHEUS_DIR}/tls"
 #: Where a new configuration waits for ``promtool check config`` before it replaces the live one.
 PROMETHEUS_STAGING = "/var/lib/vllm-fleet/prometheus-staged"
 #: Debian's TSDB folder (kept across restarts and package upgrades).
@@ -273,6 +276,19 @@ GPU_METRICS_UNIT = "vllm-fleet-gpu-metrics.service"
 ALERTMANAGER_CONFIG = f"{PROMETHEUS_DIR}/alertmanager.yml"
 ALERTMANAGER_DATA = "/var/lib/prometheus/alertmanager"
 ALERTMANAGER_DROPIN = "/etc/systemd/system/prometheus-alertmanager.service.d/50-vllm-fleet.conf"
+
+
+def scrape_ca_path(host: str, server: str) -> str:
+    """The CA file Prometheus trusts for server ``server`` of host ``host`` (``@`` is in no
+    host or server name, so two pairs never share a file).
+
+    Example:
+        >>> scrape_ca_path("box", "secure")
+        '/etc/prometheus/vllm-fleet/tls/secure@box.ca.pem'
+    """
+    return f"{PROMETHEUS_TLS_DIR}/{server}@{host}.ca.pem"
+
+
 #: What `fleet drift --textfile` writes for the node exporter (vllm_fleet_drift_findings).
 DRIFT_TEXTFILE = f"{TEXTFILE_DIR}/vllm_fleet_drift.prom"
 #: The model installer's log of installs (one JSON line each: model, seconds, when it ended).

@@ -44,6 +44,7 @@ from fleet.catalog.paths import (
     PREVIOUS_DIR,
     PROMETHEUS_DIR,
     PROMETHEUS_DROPIN,
+    PROMETHEUS_TLS_DIR,
     STARTUPS_DIR,
     TLS_PARTS,
     cache_dir,
@@ -55,6 +56,7 @@ from fleet.catalog.paths import (
     router_env_path,
     router_unit_name,
     runtime_path,
+    scrape_ca_path,
     startup_record,
     state_home,
     tls_path,
@@ -310,7 +312,13 @@ def _monitoring_claims(fleet: Fleet, host_name: str) -> list[Claim]:
         given = "port" in monitoring.prometheus.model_fields_set
         found += [Claim("port", monitoring.prometheus.port, "Prometheus", base, default=not given),
                   Claim("file", PROMETHEUS_DROPIN, "Prometheus", base),
-                  Claim("directory", PROMETHEUS_DIR, "Prometheus", base)]
+                  Claim("directory", PROMETHEUS_DIR, "Prometheus", base),
+                  Claim("directory", PROMETHEUS_TLS_DIR, "Prometheus", base)]
+        # the CA each TLS server's https scrape trusts (fleet.hostplan.monitoring.scrape_cas)
+        found += [Claim("file", scrape_ca_path(other, name), "Prometheus",
+                        ("hosts", other, "servers", name, "tls"))
+                  for other, host in fleet.hosts.items()
+                  for name, server in host.servers.items() if server.tls is not None]
         if monitoring.alertmanager is not None:
             path: Loc = ("monitoring", "alertmanager", "port")
             given = "port" in monitoring.alertmanager.model_fields_set

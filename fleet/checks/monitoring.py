@@ -23,7 +23,7 @@ from fleet.catalog.alerts import number as _num
 from fleet.planner.monitoring import BYTES_PER_SAMPLE, estimated_gib, estimated_series
 from fleet.read.problems import Finding, suggest
 from fleet.spec.addresses import is_loopback
-from fleet.spec.models import Fleet, Host, Monitoring
+from fleet.spec.models import ClientCertificates, Fleet, Host, Monitoring
 
 #: The most of the disk a size-limited retention may take: the WAL and the head block come on
 #: top of the limit (Prometheus's docs).
@@ -74,17 +74,31 @@ def check_monitoring(fleet: Fleet) -> Iterator[Finding]:
 
 
 def _check_tls(fleet: Fleet, monitoring: Monitoring) -> Iterator[Finding]:
-    """A server with ``tls`` is refused while Prometheus's scrape of it is plain http (its
-    ``/metrics`` would answer nothing and the server would be alerted on as down)."""
+    """Prometheus scrapes a TLS server over https with no client certificate: a server that
+    requires one (``client_certificates: required``, ``--ssl-cert-reqs 2``) would refuse it and
+    be alerted on as down. ``optional`` is scraped: vLLM checks a certificate only when one is
+    presented.
+
+    Example:
+        >>> from fleet.spec.models import ClientCertificates, Fleet, ServerTls
+        >>> fleet = Fleet.model_validate({"version": 1, "monitoring": {"host": "a"}, "hosts": {
+        ...     "a": {"address": "10.0.0.5", "vllm": {"version": "0.32.0", "variant": "cpu"},
+        ...           "servers": {"s": {"model": "m", "port": 8443}}}}})
+        >>> fleet.hosts["a"].servers["s"].tls = ServerTls.model_construct(  # the spec refuses it
+        ...     client_ca={"file": "/c.pem"}, client_certificates=ClientCertificates.required)
+        >>> [(path, fix) for path, _, fix in _check_tls(fleet, fleet.monitoring)]
+        [(('hosts', 'a', 'servers', 's', 'tls', 'client_certificates'), 'write client_certificates: optional (Prometheus presents no certificate; clients that do are checked against client_ca), or leave monitoring out')]
+    """  # noqa: E501
     for host_name, host in fleet.hosts.items():
         for name, server in host.servers.items():
-            if server.tls is not None:
+            if server.tls is not None and server.tls.client_mode is ClientCertificates.required:
                 yield (
-                    ("hosts", host_name, "servers", name, "tls"),
-                    f"server {name} serves TLS, and Prometheus on {monitoring.host} scrapes "
-                    "servers over plain http (no https scrape with the server's CA yet): it "
-                    "would be alerted on as down",
-                    "leave tls out on servers of a monitored fleet, or monitoring out",
+                    ("hosts", host_name, "servers", name, "tls", "client_certificates"),
+                    f"server {name} requires a client certificate, and Prometheus on "
+                    f"{monitoring.host} scrapes its /metrics with none: it would be refused and "
+                    "alerted on as down",
+                    "write client_certificates: optional (Prometheus presents no certificate; "
+                    "clients that do are checked against client_ca), or leave monitoring out",
                 )
 
 

@@ -16,7 +16,7 @@ Example:
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 import yaml
 
@@ -35,23 +35,34 @@ from fleet.catalog.paths import (
     PROMETHEUS_DROPIN,
     PROMETHEUS_RULES_NAME,
     PROMETHEUS_STAGING,
+    PROMETHEUS_TLS_DIR,
     TEXTFILE_DIR,
     UNIT_DIR,
     gpu_device,
     program_command,
+    scrape_ca_path,
 )
 from fleet.hostplan import emit
+from fleet.hostplan.secrets import read_secret
 from fleet.hostplan.templating import render
-from fleet.hostplan.types import GpuMetricsUnit, MonitoringPlan, PrometheusPlan, ServiceDropin
+from fleet.hostplan.tls import trusted_text
+from fleet.hostplan.types import (
+    GpuMetricsUnit,
+    MonitoringPlan,
+    PrometheusPlan,
+    ScrapeCa,
+    ServiceDropin,
+)
 from fleet.planner.monitoring import (
     Exporters,
+    ScrapeTarget,
     host_exporters,
     monitoring_section,
     scrape_targets,
     thresholds,
 )
 from fleet.spec.addresses import bracket, local_address
-from fleet.spec.models import Fleet, Monitoring
+from fleet.spec.models import Fleet, Monitoring, SecretRef
 
 #: Jobs in the order they appear in prometheus.yml.
 JOBS = ("node", "dcgm", "vllm", "vllm-router")
@@ -85,18 +96,20 @@ def prometheus_config(fleet: Fleet) -> str:
     ]
     targets = scrape_targets(fleet)
     for job in JOBS:
-        mine = [target for target in targets if target.job == job]
-        if not mine:
-            continue
-        jobs.append(
-            {
-                "job_name": job,
-                "metrics_path": mine[0].metrics_path,
-                "static_configs": [
-                    {"targets": [target.address], "labels": dict(target.labels)} for target in mine
-                ],
-            }
-        )
+        mine = [target for target in targets if target.job == job and target.scheme == "http"]
+        if mine:
+            jobs.append(
+                {
+                    "job_name": job,
+                    "metrics_path": mine[0].metrics_path,
+                    "static_configs": [
+                        {"targets": [target.address], "labels": dict(target.labels)}
+                        for target in mine
+                    ],
+                }
+            )
+        jobs += [_https_job(target) for target in targets
+                 if target.job == job and target.scheme == "https"]
     config: dict = {
         "global": {"scrape_interval": interval, "evaluation_interval": interval},
         "rule_files": [PROMETHEUS_RULES_NAME],
@@ -114,6 +127,55 @@ def prometheus_config(fleet: Fleet) -> str:
             ]
         }
     return _header("prometheus.yml") + yaml.safe_dump(config, sort_keys=False)
+
+
+def _https_job(target: ScrapeTarget) -> dict:
+    """The scrape job of one TLS server: https trusting its own CA file, the certificate checked
+    for ``server_name`` where the address is not a name it covers. Its ``job`` label is the
+    plain job's (``vllm``), so rules and dashboards see one job; the job's name
+    (``vllm/HOST/SERVER``; ``/`` is in no host or server name) keeps it apart on Prometheus's
+    targets page.
+
+    Example:
+        >>> from fleet.planner.monitoring import ScrapeTarget
+        >>> _https_job(ScrapeTarget("vllm", "127.0.0.1:8443", {"host": "a", "server": "s"},
+        ...            scheme="https", cafile="/ca.pem", tls_name="gpu-1.lan"))["tls_config"]
+        {'ca_file': '/ca.pem', 'server_name': 'gpu-1.lan'}
+    """
+    tls: dict = {"ca_file": target.cafile}
+    if target.tls_name:
+        tls["server_name"] = target.tls_name
+    return {
+        "job_name": f"{target.job}/{target.labels['host']}/{target.labels['server']}",
+        "scheme": "https",
+        "metrics_path": target.metrics_path,
+        "tls_config": tls,
+        "static_configs": [
+            {"targets": [target.address], "labels": {"job": target.job, **target.labels}}
+        ],
+    }
+
+
+def scrape_cas(fleet: Fleet, secrets: Callable[[SecretRef], str]) -> tuple[ScrapeCa, ...]:
+    """The CA file of each TLS server's scrape, as the Prometheus host gets it: the PEM its
+    probes trust too (:func:`fleet.hostplan.tls.trusted_text`), read by reference.
+
+    Example:
+        >>> from fleet.spec.models import Fleet
+        >>> tls = {"certificate": {"file": "/c.pem"}, "key": {"file": "/k.pem"}}
+        >>> fleet = Fleet.model_validate({"version": 1, "monitoring": {"host": "a"}, "hosts": {
+        ...     "a": {"address": "10.0.0.5", "vllm": {"version": "0.32.0", "variant": "cpu"},
+        ...           "servers": {"s": {"model": "m", "port": 8443, "tls": tls}}}}})
+        >>> [(ca.server, ca.path, ca.text) for ca in scrape_cas(fleet, lambda ref: ref.file)]
+        [('a/s', '/etc/prometheus/vllm-fleet/tls/s@a.ca.pem', '/c.pem')]
+    """
+    return tuple(
+        ScrapeCa(f"{host_name}/{name}", scrape_ca_path(host_name, name),
+                 trusted_text(server.tls, secrets))
+        for host_name, host in fleet.hosts.items()
+        for name, server in host.servers.items()
+        if server.tls is not None
+    )
 
 
 def alertmanager_config() -> str:
@@ -266,9 +328,12 @@ def exec_start(argv: list[str]) -> emit.Command:
     return emit.command(argv)
 
 
-def monitoring_plan(fleet: Fleet, host_name: str) -> MonitoringPlan | None:
+def monitoring_plan(
+    fleet: Fleet, host_name: str, secrets: Callable[[SecretRef], str] = read_secret
+) -> MonitoringPlan | None:
     """What monitoring host ``host_name`` runs; None when the fleet has no monitoring (the
-    deploy then retires whatever monitoring vllm-fleet installed there before).
+    deploy then retires whatever monitoring vllm-fleet installed there before); ``secrets``
+    reads the CA of each TLS server the Prometheus host scrapes.
 
     Example:
         >>> from fleet.spec.models import Fleet
@@ -320,13 +385,15 @@ def monitoring_plan(fleet: Fleet, host_name: str) -> MonitoringPlan | None:
         )
     prometheus = None
     if host_name == monitoring.host:
-        prometheus = _prometheus_plan(fleet, monitoring)
+        prometheus = _prometheus_plan(fleet, monitoring, secrets)
     return MonitoringPlan(
         node_exporter=node, textfile_dir=TEXTFILE_DIR, gpu_metrics=gpu, prometheus=prometheus
     )
 
 
-def _prometheus_plan(fleet: Fleet, monitoring: Monitoring) -> PrometheusPlan:
+def _prometheus_plan(
+    fleet: Fleet, monitoring: Monitoring, secrets: Callable[[SecretRef], str]
+) -> PrometheusPlan:
     server = monitoring.prometheus
     service = ServiceDropin(
         package=f"prometheus={monitoring.versions.prometheus}",
@@ -361,12 +428,15 @@ def _prometheus_plan(fleet: Fleet, monitoring: Monitoring) -> PrometheusPlan:
         alertmanager=manager,
         alertmanager_config_path=ALERTMANAGER_CONFIG if manager else None,
         alertmanager_config_text=alertmanager_config() if manager else None,
+        ca_dir=PROMETHEUS_TLS_DIR,
+        ca_files=scrape_cas(fleet, secrets),
     )
 
 
 def rendered_files(plan: MonitoringPlan | None) -> list[tuple[str, str]]:
     """``(path, text)`` of every monitoring file a host gets (what ``fleet render`` shows):
-    drop-ins, the GPU feeder's unit, prometheus.yml, its rules, alertmanager.yml.
+    drop-ins, the GPU feeder's unit, prometheus.yml, its rules, alertmanager.yml (the scrapes'
+    CA files, read by reference, are :attr:`PrometheusPlan.ca_files`).
 
     Example:
         >>> from fleet.spec.models import Fleet

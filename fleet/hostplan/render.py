@@ -490,7 +490,7 @@ def host_plan(
         servers=servers,
         programs=host_programs(servers),
         stack=replace(stack_plan(host), serves=True) if joined else stack_plan(host),
-        monitoring=monitoring_plan(fleet, host_name),
+        monitoring=monitoring_plan(fleet, host_name, secrets),
         routers=router_units(fleet, host_name, secrets),
         ray_package=ray_package(fleet, host_name),
     )

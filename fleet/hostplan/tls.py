@@ -110,9 +110,14 @@ def tls_plan(name: str, server: Server, secrets: Callable[[SecretRef], str]) -> 
     certificate = secrets(tls.certificate)
     files = [TlsFile(part, tls_path(name, part), secrets(getattr(tls, key)))
              for key, part, _ in _parts(tls)]
-    trusted = secrets(tls.ca) if tls.ca is not None else certificate
-    files.append(TlsFile("ca", tls_path(name, "ca"), trusted))
+    files.append(TlsFile("ca", tls_path(name, "ca"), trusted_text(tls, secrets)))
     return TlsPlan(files=tuple(files), fingerprint=fingerprint(certificate))
+
+
+def trusted_text(tls: ServerTls, secrets: Callable[[SecretRef], str]) -> str:
+    """The PEM its clients trust for a server's ``tls`` (the probes on its host, Prometheus,
+    ``fleet bench``): ``tls.ca``, else the certificate itself (pinned)."""
+    return secrets(tls.ca if tls.ca is not None else tls.certificate)
 
 
 def _certificates(text: str) -> list[x509.Certificate]:

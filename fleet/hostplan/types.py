@@ -450,6 +450,25 @@ class GpuMetricsUnit:
 
 
 @dataclass(frozen=True)
+class ScrapeCa:
+    """A CA file the fleet's Prometheus trusts for the https scrape of one TLS server (root,
+    group prometheus, 0640, below :data:`fleet.catalog.paths.PROMETHEUS_TLS_DIR`).
+
+    + server: ``HOST/SERVER`` it is for; path: where it is written (``tls_config.ca_file``)
+    + text: its PEM text (the server's ``tls.ca``, else its certificate; never in a repr)
+
+    Example:
+        >>> "BEGIN" in repr(ScrapeCa("box/s", "/etc/prometheus/vllm-fleet/tls/s@box.ca.pem",
+        ...                          "-----BEGIN CERTIFICATE-----"))
+        False
+    """
+
+    server: str
+    path: str
+    text: str = field(repr=False)
+
+
+@dataclass(frozen=True)
 class PrometheusPlan:
     """The Prometheus server of the fleet (on its monitoring host).
 
@@ -458,6 +477,7 @@ class PrometheusPlan:
     + config_dir: where they live; staging_dir: where a new pair waits for promtool
     + ready_url: Prometheus's readiness endpoint, as reached on its host
     + alertmanager: its drop-in, with the configuration's path and text (None: not run)
+    + ca_dir, ca_files: the CA files of the https scrapes of TLS servers, and their folder
     """
 
     service: ServiceDropin
@@ -469,6 +489,8 @@ class PrometheusPlan:
     alertmanager: ServiceDropin | None = None
     alertmanager_config_path: str | None = None
     alertmanager_config_text: str | None = None
+    ca_dir: str = ""
+    ca_files: tuple[ScrapeCa, ...] = ()
 
 
 @dataclass(frozen=True)

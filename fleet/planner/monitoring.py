@@ -27,7 +27,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from fleet.catalog.alerts import ALERTS, Alert, defaults
+from fleet.catalog.paths import scrape_ca_path
 from fleet.planner.endpoints import replica_parts
+from fleet.planner.reach import client_name
 from fleet.spec.addresses import bracket, is_any, is_loopback, local_address
 from fleet.spec.models import Fleet, HostExporters, Monitoring
 
@@ -148,12 +150,28 @@ class ScrapeTarget:
     + labels: ``host`` always; ``server``, ``model``, ``gpu`` (indices, comma-separated) where
       they apply
     + metrics_path: the path scraped
+    + scheme: ``https`` for a server with ``tls`` (else ``http``)
+    + cafile: ``https``: the CA file on the Prometheus host it trusts
+      (:func:`fleet.catalog.paths.scrape_ca_path`); "" for http
+    + tls_name: ``https``: the name the served certificate is checked for when the address is
+      not that name (a server of the Prometheus host scraped on loopback); "" otherwise
     """
 
     job: str
     address: str
     labels: dict[str, str] = field(default_factory=dict)
     metrics_path: str = "/metrics"
+    scheme: str = "http"
+    cafile: str = ""
+    tls_name: str = ""
+
+
+def _target_host(fleet: Fleet, host_name: str, bind: str) -> str:
+    """The address (no port, no brackets) of :func:`target_address`."""
+    host = fleet.hosts[host_name]
+    if host.is_sandbox or host_name == monitoring_section(fleet).host:
+        return local_address(bind)
+    return host.address if is_any(bind) else bind
 
 
 def target_address(fleet: Fleet, host_name: str, bind: str, port: int) -> str:
@@ -172,18 +190,28 @@ def target_address(fleet: Fleet, host_name: str, bind: str, port: int) -> str:
         >>> target_address(fleet, "a", "10.0.0.5", 8009)  # not listening on loopback
         '10.0.0.5:8009'
     """
-    host = fleet.hosts[host_name]
-    if host.is_sandbox or host_name == monitoring_section(fleet).host:
-        address = local_address(bind)
-    else:
-        address = host.address if is_any(bind) else bind
-    return f"{bracket(address)}:{port}"
+    return f"{bracket(_target_host(fleet, host_name, bind))}:{port}"
 
 
 def server_targets(fleet: Fleet) -> list[ScrapeTarget]:
     """Every vLLM server's ``/metrics`` (no API key needed: vLLM keeps it open), labelled with
     its host, server name, model and GPUs. Servers that lend GPUs to another host's server
     (Ray workers) have no API of their own; the head server is scraped.
+
+    A server with ``tls`` is scraped over https, trusting its CA (``tls.ca``, else its
+    certificate, pinned) delivered onto the Prometheus host, for the name its certificate must
+    cover (:func:`fleet.planner.reach.client_name`): given as ``tls_name`` where the address
+    Prometheus connects to is another (its own host's servers, scraped on loopback).
+
+    Example:
+        >>> from fleet.spec.models import Fleet
+        >>> tls = {"certificate": {"file": "/c.pem"}, "key": {"file": "/k.pem"}}
+        >>> fleet = Fleet.model_validate({"version": 1, "monitoring": {"host": "a"}, "hosts": {
+        ...     "a": {"address": "10.0.0.5", "vllm": {"version": "0.32.0", "variant": "cpu"},
+        ...           "servers": {"s": {"model": "m", "port": 8443, "host": "0.0.0.0",
+        ...                             "tls": tls}}}}})
+        >>> [(t.scheme, t.address, t.tls_name) for t in server_targets(fleet)]
+        [('https', '127.0.0.1:8443', '10.0.0.5')]
     """
     targets = []
     for host_name, host in fleet.hosts.items():
@@ -191,8 +219,15 @@ def server_targets(fleet: Fleet) -> list[ScrapeTarget]:
             labels = {"host": host_name, "server": name, "model": server.model}
             if server.gpus:
                 labels["gpu"] = ",".join(str(index) for index in server.gpus)
-            address = target_address(fleet, host_name, server.host, server.port)
-            targets.append(ScrapeTarget("vllm", address, labels))
+            at = _target_host(fleet, host_name, server.host)
+            address = f"{bracket(at)}:{server.port}"
+            if server.tls is None:
+                targets.append(ScrapeTarget("vllm", address, labels))
+                continue
+            name_on_certificate = client_name(server, host.address)
+            targets.append(ScrapeTarget(
+                "vllm", address, labels, scheme="https", cafile=scrape_ca_path(host_name, name),
+                tls_name="" if at == name_on_certificate else name_on_certificate))
     return targets
 
 

@@ -28,6 +28,7 @@ import asyncio
 import contextlib
 import dataclasses
 import json
+import ssl
 import threading
 import time
 from dataclasses import dataclass
@@ -165,6 +166,8 @@ class FakeServer:
     + leak_bytes: resident memory it gains per request (``/metrics``)
     + render: answer ``/v1/completions/render`` and ``/v1/chat/completions/render`` with token
       ids, as vLLM ≥ 0.30 does with ``--enable-scale-out``; False: 403, as it does without
+    + tls: serve https with this server-side SSL context (as vLLM with ``--ssl-certfile``);
+      None: plain http
 
     Example (starts a real server, so not run here):
         with FakeServer(script=Script(ttft=0.1, itl=0.02)) as server:
@@ -173,8 +176,9 @@ class FakeServer:
 
     def __init__(self, port: int = 0, script: Script | None = None,
                  api_key: str | None = None, device: SharedDevice | None = None,
-                 leak_bytes: int = 0, render: bool = True):
+                 leak_bytes: int = 0, render: bool = True, tls: ssl.SSLContext | None = None):
         self.port = port
+        self.tls = tls
         self.render = render
         self.render_calls: list[tuple[str, int]] = []
         self.device = device
@@ -367,7 +371,8 @@ class FakeServer:
         """Bind and start serving on the running loop."""
         self._runner = web.AppRunner(self.app(), access_log=None)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", self.port, backlog=1024)
+        site = web.TCPSite(self._runner, "127.0.0.1", self.port, backlog=1024,
+                           ssl_context=self.tls)
         await site.start()
         self.port = self._runner.addresses[0][1]
 
@@ -402,7 +407,7 @@ class FakeServer:
     @property
     def url(self) -> str:
         """The base URL."""
-        return f"http://127.0.0.1:{self.port}"
+        return f"{'https' if self.tls else 'http'}://127.0.0.1:{self.port}"
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -183,8 +183,8 @@ def sectioned_fleets(draw: Any) -> dict[str, Any]:
     """A fleet document with every section: three CPU hosts (the monitoring host and two that
     serve), optionally a pair of GPU hosts; servers; a native group across the two CPU hosts;
     a Ray group across the GPU pair; one endpoint of listed replicas and one by count, each
-    with a router, rollout and canary; monitoring with exporters and Alertmanager (or TLS
-    servers: a monitored fleet has none); half the time a range of CPU hosts
+    with a router, rollout and canary; half the time monitoring with exporters and
+    Alertmanager; TLS servers (not replicas); half the time a range of CPU hosts
     (``pool-[01:03]``) with a server each."""
     ports = iter(draw(st.lists(st.integers(1024, 65000), min_size=40, max_size=40,
                                unique=True)))  # fmt: skip
@@ -192,10 +192,9 @@ def sectioned_fleets(draw: Any) -> dict[str, Any]:
     names = draw(st.lists(st.sampled_from(HOST_NAMES), min_size=5 if gpu else 3,
                           max_size=5 if gpu else 3, unique=True))
     mon, a, b = names[:3]
-    # A monitored fleet has no TLS server (refused: Prometheus scrapes over plain http), so
-    # half the documents are monitored and half may have TLS servers.
+    # Servers may have TLS, monitored or not (Prometheus scrapes them over https).
     monitored = draw(st.booleans())
-    tls = not monitored
+    tls = True
     models: dict[str, Any] = {"m": CPU_MODEL}
     hosts: dict[str, Any] = {}
     addresses = draw(st.lists(ADDRESSES, min_size=len(names), max_size=len(names), unique=True))

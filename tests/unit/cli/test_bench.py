@@ -222,9 +222,7 @@ hosts:
     ("127.0.0.2", "{}", "http://127.0.0.2:18000"),
     ("10.44.0.12", "{}", "http://10.44.0.12:18000"),
     ("0.0.0.0", "{}", "http://10.44.0.11:18000"),
-    ("10.44.0.12", "{}, tls: {certificate: {file: /tls/s.crt}, key: {file: /tls/s.key}}",
-     "https://10.44.0.12:18000"),
-])
+])  # a TLS server (https, its CA and name): tests/unit/cli/test_bench_tls.py
 def test_a_server_is_benched_where_it_listens(tmp_path: Path, bind: str, args: str,
                                                url: str) -> None:
     """``--tunnel never``: the server's bind address (the host's for every interface) and its

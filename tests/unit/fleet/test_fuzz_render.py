@@ -660,6 +660,10 @@ def expected_targets(doc: dict[str, Any], fleet: Fleet) -> list[tuple[str, str, 
             labels = {"host": host, "server": name, "model": server.model}
             if server.gpus:
                 labels["gpu"] = ",".join(str(i) for i in server.gpus)
+            if "tls" in doc_server(doc, fleet, host, name):  # a job of its own, labelled vllm
+                found.append((f"vllm/{host}/{name}", scrape_address(doc, host, bind, server.port),
+                              {"job": "vllm", **labels}))
+                continue
             found.append(("vllm", scrape_address(doc, host, bind, server.port), labels))
     for name in doc["endpoints"]:
         router = router_of(doc, fleet, name)
@@ -713,6 +717,7 @@ def check_monitoring(doc: dict[str, Any], fleet: Fleet, host: str, plan: Any) ->
     assert sorted(map(repr, got)) == sorted(map(repr, want)), (
         "prometheus.yml scrapes " + ", ".join(sorted(set(map(repr, got)) - set(map(repr, want))))
         + "; the fleet says " + ", ".join(sorted(set(map(repr, want)) - set(map(repr, got)))))
+    check_https_scrapes(doc, fleet, config, prometheus)
     for job, target, labels in got:
         if labels.get("host") != mon:
             assert not is_loopback(target_host(target)), (
@@ -735,6 +740,33 @@ def check_monitoring(doc: dict[str, Any], fleet: Fleet, host: str, plan: Any) ->
         f"--web.listen-address={bracket(manager['bind'])}:{manager['port']}",
         "--cluster.listen-address="])}, what)
     assert yaml_file(prometheus.alertmanager_config_text)["route"]["receiver"] == "fleet"
+
+
+def check_https_scrapes(doc: dict[str, Any], fleet: Fleet, config: dict, prometheus: Any) -> None:
+    """Each TLS server's job speaks https, trusts its own CA file (its ``tls.ca``, else its
+    certificate, as delivered), and checks the name its certificate covers where the address
+    scraped is another; plain jobs carry no TLS settings."""
+    jobs = {job["job_name"]: job for job in config["scrape_configs"]}
+    cas = {ca.path: ca.text for ca in prometheus.ca_files}
+    want_cas = {}
+    for host in doc["hosts"]:
+        for name in fleet.hosts[host].servers:
+            server = doc_server(doc, fleet, host, name)
+            if "tls" not in server:
+                continue
+            job = jobs[f"vllm/{host}/{name}"]
+            path = f"/etc/prometheus/vllm-fleet/tls/{name}@{host}.ca.pem"
+            want_cas[path] = secret(server["tls"].get("ca", server["tls"]["certificate"]))
+            target = job["static_configs"][0]["targets"][0]
+            certified = tls_name(doc, host, server)
+            want = {"ca_file": path}
+            if target_host(target) != certified:
+                want["server_name"] = certified
+            assert (job["scheme"], job["tls_config"]) == ("https", want), job["job_name"]
+    assert cas == want_cas, "the CA files of the https scrapes"
+    for job in config["scrape_configs"]:
+        if not job["job_name"].startswith("vllm/"):
+            assert "tls_config" not in job and job.get("scheme", "http") == "http", job
 
 
 NEGATIVE = re.compile(r"-[0-9]+(\.[0-9]+)?")
