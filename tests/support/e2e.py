@@ -78,13 +78,15 @@ def run(
     )  # fmt: skip
 
 
-def deploy(fleet: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    """``pyinfra -y inventory.py deploy.py`` on a fleet file.
+def deploy(
+    fleet: Path, env: dict[str, str] | None = None, *flags: str
+) -> subprocess.CompletedProcess:
+    """``pyinfra -y [FLAGS] inventory.py deploy.py`` on a fleet file.
 
     Example:
-        deploy(fleet, env={"FLEET_E2E_API_KEY": "secret"}).returncode   # → 0
+        deploy(fleet, {"FLEET_E2E_API_KEY": "secret"}, "-vv").returncode   # → 0
     """
-    return run([str(BIN / "pyinfra"), "-y", "inventory.py", "deploy.py"], fleet, env)
+    return run([str(BIN / "pyinfra"), "-y", *flags, "inventory.py", "deploy.py"], fleet, env)
 
 
 def fleet_cli(
