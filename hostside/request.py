@@ -71,9 +71,9 @@ def main() -> int:
     try:
         payload = json.load(sys.stdin)
         if payload.get("certificate"):
-            url = payload.get("url") or f"https://127.0.0.1:{int(payload['port'])}"
+            # asked only by clients that know TLS, which always send the url
             print(json.dumps({"certificate": tlsprobe.served_fingerprint(
-                url, payload.get("tls_name"))}))
+                payload["url"], payload.get("tls_name"))}))
             return 0
         print(json.dumps(request(payload)))
     except (urllib.error.URLError, OSError, ValueError, KeyError) as err:

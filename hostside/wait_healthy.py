@@ -40,10 +40,7 @@ def alive(pid: int) -> bool:
 
 def base_url(url: str | None, port: int | None) -> str:
     """The server's base URL from the command line: ``--url``, or the older ``--port`` on
-    IPv4 loopback.
-
-``--cafile`` and ``--tls-name`` (an https server): trust only that file's certificates and check
-that name (:mod:`hostside.tlsprobe`; the plan's ``Reach.probe_args``).
+    IPv4 loopback (an https server's ``--cafile`` and ``--tls-name`` are :func:`healthy`'s).
 
     Example:
         >>> base_url("http://[::1]:8000/", None), base_url(None, 8000)

@@ -12,15 +12,15 @@ import subprocess
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
 
 import pytest
 
-from hostside import check_ready, envfile, local_command, roll_replica, vllm_serve, wait_healthy
+from hostside import check_ready, local_command, roll_replica, vllm_serve, wait_healthy
+from tests.support.hostprograms import PROBE_KEY as KEY
+from tests.support.hostprograms import run_program as run
 
 #: Another address of the loopback range (Linux routes all of 127.0.0.0/8 to lo).
 ADDRESS = "127.0.0.2"
-KEY = "sk-probe-1"
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -63,20 +63,6 @@ def server() -> Iterator[int]:
     yield httpd.server_address[1]
     httpd.shutdown()
     httpd.server_close()
-
-
-@pytest.fixture
-def env(tmp_path: Path) -> str:
-    path = tmp_path / "s.env"
-    path.write_text(envfile.dumps({"VLLM_API_KEY": KEY}, comment="c"))
-    return str(path)
-
-
-def run(program: str, *args: str) -> subprocess.CompletedProcess:
-    """Run a host program by its file with the system python3, bare environment, elsewhere."""
-    return subprocess.run(local_command(program, *args, python="python3"), capture_output=True,
-                          text=True, check=False, cwd="/", env={"PATH": os.environ["PATH"]},
-                          timeout=60)
 
 
 def test_nothing_answers_on_127_0_0_1(server: int) -> None:

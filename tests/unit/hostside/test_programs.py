@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import ast
 import json
-import os
-import subprocess
 import sys
 import threading
 from collections.abc import Iterator
@@ -24,6 +22,7 @@ import pytest
 
 import hostside
 from hostside import envfile, local_command, program_files
+from tests.support.hostprograms import run_program
 
 KEYS = {
     "plain": "sk-plain-123",
@@ -76,14 +75,6 @@ def server(request, tmp_path: Path) -> Iterator[tuple[int, str, str]]:
     yield httpd.server_address[1], request.param, str(env)
     httpd.shutdown()
     httpd.server_close()
-
-
-def run_program(program: str, *args: str, stdin: str = "") -> subprocess.CompletedProcess:
-    """Run a program by its file with the system python3, from another directory, bare env."""
-    return subprocess.run(
-        local_command(program, *args, python="python3"), input=stdin, capture_output=True,
-        text=True, check=False, cwd="/", env={"PATH": os.environ["PATH"]}, timeout=60,
-    )
 
 
 def payload(port: int, env: str, path: str, auth: bool = True) -> str:

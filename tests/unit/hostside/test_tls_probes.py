@@ -21,9 +21,11 @@ from pathlib import Path
 
 import pytest
 
-from hostside import check_ready, envfile, local_command, request, tlsprobe, wait_healthy
+from hostside import check_ready, local_command, request, tlsprobe, wait_healthy
+from tests.support.hostprograms import PROBE_KEY as KEY
+from tests.support.hostprograms import run_program as run
 from tests.support.testca import ServerFiles, TestCA
-from tests.unit.hostside.test_probe_address import KEY, _Handler
+from tests.unit.hostside.test_probe_address import _Handler
 
 NAME = "gpu-1.example"
 
@@ -50,20 +52,6 @@ def server(files: ServerFiles) -> Iterator[str]:
     yield f"https://127.0.0.1:{httpd.server_address[1]}"
     httpd.shutdown()
     httpd.server_close()
-
-
-@pytest.fixture
-def env(tmp_path: Path) -> str:
-    path = tmp_path / "s.env"
-    path.write_text(envfile.dumps({"VLLM_API_KEY": KEY}, comment="c"))
-    return str(path)
-
-
-def run(program: str, *args: str) -> subprocess.CompletedProcess:
-    """Run a host program by its file with the system python3, bare environment, elsewhere."""
-    return subprocess.run(local_command(program, *args, python="python3"), capture_output=True,
-                          text=True, check=False, cwd="/", env={"PATH": os.environ["PATH"]},
-                          timeout=60)
 
 
 def test_the_health_wait_trusts_the_ca_for_the_name(server: str, files: ServerFiles) -> None:
