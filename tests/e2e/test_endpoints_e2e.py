@@ -1,5 +1,8 @@
 """An endpoint for real: two CPU vLLM replicas on two sandbox hosts behind the real vllm-router.
 
+Replica ``tiny-a`` listens on 127.0.0.2 only (``host:``), so that the router's worker URL, the
+readiness wait, the roll's drain and the canary all reach a replica where it listens.
+
 One deploy sequence, many assertions (two CPU vLLMs on two cores are slow): converge;
 a flags change rolled out under a steady load through the router (no failed
 request, each replica restarted once, one at a time — the timeline is printed); a replica
@@ -54,6 +57,7 @@ hosts:
       tiny-a:
         model: tiny-llama
         port: {port_a}
+        host: 127.0.0.2
         served_model_name: tiny
         api_key: {{env: FLEET_E2E_ENDPOINT_KEY}}
         args: {{max-model-len: {max_len}, max-num-seqs: {seqs}, enforce-eager: true{extra}}}
@@ -205,7 +209,8 @@ def test_converge_serves_the_endpoint_through_the_router(converge) -> None:
     assert converge.returncode == 0, output(converge)[-5000:]
     assert on_host(f"systemctl is-active {ROUTER_UNIT}").stdout.strip() == "active"
     workers = json.loads(on_host(f"curl -s http://127.0.0.1:{ROUTER_PORT}/list_workers").stdout)
-    assert sorted(workers["urls"]) == [f"http://127.0.0.1:{PORT_A}", f"http://127.0.0.1:{PORT_B}"]
+    # tiny-a listens on 127.0.0.2 only: the router reaches each replica where it listens
+    assert sorted(workers["urls"]) == [f"http://127.0.0.1:{PORT_B}", f"http://127.0.0.2:{PORT_A}"]
     assert complete()
 
 
