@@ -4,7 +4,8 @@ a real CPU vLLM server, deployed from the fleet file's ``monitoring`` section.
 One deploy brings up server ``mon-a``, the node exporter and Prometheus (with Alertmanager),
 all in the monitoring port block (Prometheus and the exporter moved off 9090/9100); a query
 through Prometheus's HTTP API returns the server's ``vllm:`` series with the fleet's labels.
-A second fleet file replaces ``mon-a`` by ``mon-b``: after its deploy ``mon-b`` is a target and
+A second fleet file replaces ``mon-a`` by ``mon-b`` (bound to 127.0.0.2, scraped there): after
+its deploy ``mon-b`` is a target and
 ``mon-a`` is not, and deploying it again changes nothing. A broken configuration is refused by
 the checked installer on the host and the live one keeps working; the TSDB survives a restart;
 a last deploy without ``monitoring`` removes it from the host (the modules after this one
@@ -38,8 +39,12 @@ SERVER = """\
       {name}:
         model: tiny-llama
         port: {port}
+        host: {bind}
         args: {{max-model-len: 512, max-num-seqs: 4, enforce-eager: true}}
 """
+#: Where each server listens: ``mon-b`` on another loopback address than 127.0.0.1, so that
+#: its scrape target is where it really listens (issue 23).
+BINDS = {"mon-a": "127.0.0.1", "mon-b": "127.0.0.2"}
 MONITORING = f"""\
 monitoring:
   host: {HOST}
@@ -52,7 +57,8 @@ monitoring:
 
 
 def fleet_text(servers: dict[str, int], monitored: bool = True) -> str:
-    body = "".join(SERVER.format(name=name, port=port) for name, port in servers.items())
+    body = "".join(SERVER.format(name=name, port=port, bind=BINDS[name])
+                   for name, port in servers.items())  # fmt: skip
     return f"""\
 version: 1
 defaults:
@@ -345,7 +351,10 @@ def second(first, tmp_path_factory) -> tuple[Path, str]:
 def test_a_server_added_appears_and_one_removed_disappears(first, second):
     found = eventually(lambda: (t := targets(first)).get(("vllm", "mon-b")) == "up" and t)
     assert ("vllm", "mon-a") not in found
-    assert api(first, "query", query='vllm:num_requests_running{server="mon-b"}')["result"]
+    running = api(first, "query", query='vllm:num_requests_running{server="mon-b"}')["result"]
+    assert running, running
+    # scraped where it listens: 127.0.0.2, not the 127.0.0.1 where nothing answers
+    assert {r["metric"]["instance"] for r in running} == {f"127.0.0.2:{PORT_B}"}, running
 
 
 def test_a_second_deploy_changes_nothing(second):
