@@ -52,7 +52,8 @@ for sub in ("", "/etc", "/data", "/logs"):
     files.directory(name=f"dir {sub}", path=f"/opt/scaleapp{sub}", user="scaleapp", mode="755")
 files.put(name="config", src=__file__, dest="/opt/scaleapp/etc/deploy.py", mode="644")
 files.line(name="motd", path="/etc/motd", line="managed by scaleapp")
-server.sysctl(name="swappiness", key="vm.swappiness", value=1, persist=True)
+# vm.* is not namespaced: a sandbox host (a container) may not set it; net.* it may
+server.sysctl(name="fin timeout", key="net.ipv4.tcp_fin_timeout", value=15, persist=True)
 server.sysctl(name="somaxconn", key="net.core.somaxconn", value=65535, persist=True)
 '''
 
