@@ -9,7 +9,10 @@ or a bench step at concurrency 1) with the prompt shape they were measured at;
 its start, and its gauges just after. A round that is clearly slower than the baseline is
 measured again (up to :data:`ROUNDS` in all): a server counts as slower only when every round
 is, since one round on a busy machine can catch a passing hiccup while a neighbour's load or a
-real regression lasts. Requests are all it sends: nothing on the host changes.
+real regression lasts — unless the server's own figures over the slower round show requests
+waiting in its queue (:func:`fleet.judge.slowness.queued_on_the_server`): that is load on the
+server, and measuring it twice more would only queue doctor's requests behind it again.
+Requests are all it sends: nothing on the host changes.
 
 Example:
     >>> import json, tempfile
@@ -38,7 +41,7 @@ from typing import Any
 
 from cli.bench import report as reports
 from cli.bench.command import BenchError, resolve_target
-from fleet.judge.slowness import percentile, slowdown
+from fleet.judge.slowness import percentile, queued_on_the_server, slowdown
 from loadgen import servermetrics, trust
 from loadgen.prompts import PromptError, load_jsonl, synthetic_prompts
 from loadgen.runner import Options, Runner, Step, Target, server_tokenizer
@@ -191,6 +194,8 @@ def measure_target(target: Target, baseline: dict[str, Any], gpu_argv: list[str]
             step = Step(concurrency=1, requests=requests, warmup=1)
             rounds.append(reports.step_report(asyncio.run(runner.run([step]))[0]))
             if not rounds[-1]["ok"] or not slowdown(baseline, rounds[-1]):
+                break
+            if queued_on_the_server(rounds[-1]):  # the server's own queue: its load, no hiccup
                 break
         now = server_now(target.base_url, target.model or None, target.ssl_context())
     except (BenchError, PromptError, OSError, ValueError) as error:

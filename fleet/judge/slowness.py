@@ -86,6 +86,27 @@ def measured_on_the_client(baseline: dict[str, Any], fresh: dict[str, Any]) -> b
     return finished <= int(fresh.get("requests") or 0) and mean * 1000 < SLOWER * then
 
 
+def queued_on_the_server(fresh: dict[str, Any]) -> bool:
+    """Whether the server's own figures over a round show its requests waiting for a slot:
+    its ``vllm:num_requests_waiting`` gauge above 0 during the round, or its queue time P50 at
+    least :data:`QUEUED` of the round's TTFT P50. A slower round the server says so of is its
+    load, not a hiccup of the measuring machine: ``fleet doctor`` measures no more rounds.
+
+    Example:
+        >>> queued_on_the_server({"server_gauges": {"waiting": {"max": 12.0}}})
+        True
+        >>> queued_on_the_server({"ttft_ms": {"p50": 40.0}, "server": {"queue": {"p50": 0.001}},
+        ...                       "server_gauges": {"waiting": {"max": 0.0}}})
+        False
+    """
+    waiting = ((fresh.get("server_gauges") or {}).get("waiting") or {}).get("max")
+    if isinstance(waiting, int | float) and waiting > 0:
+        return True
+    queue = ((fresh.get("server") or {}).get("queue") or {}).get("p50")
+    ttft = percentile(fresh, "ttft_ms")
+    return isinstance(queue, int | float) and bool(ttft) and queue * 1000 >= QUEUED * ttft
+
+
 def slowdown(baseline: dict[str, Any], fresh: dict[str, Any]) -> list[dict[str, Any]]:
     """The figures (TTFT P50, TPOT P50) of ``fresh`` clearly slower than ``baseline``'s; a slow
     TTFT the server's own figures show to be the client's is not

@@ -237,7 +237,8 @@ def test_slower_than_its_last_bench(fleet: Path, tmp_path: Path, undo) -> None:
     # (asked, not a fixed head start)
     wait_until(lambda: in_flight(API_KEY) >= 12, 180, interval=0.5,
                message="the neighbour's load never filled the server's 4 slots")
-    # under this load each of doctor's requests takes seconds: up to 3 rounds of 6 of them
+    # under this load each of doctor's requests takes seconds; the server's gauges show the
+    # queue, so doctor measures one round of 6 of them (the bound allows 3)
     status, report, text = doctor(fleet, f"{HOST}/doc", "--bench-results", str(runs), timeout=400)
     after = in_flight(API_KEY)  # the neighbour's requests running or waiting now
     alive = on_host(f"kill -0 {pid}").returncode == 0

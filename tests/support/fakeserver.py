@@ -188,6 +188,8 @@ class FakeServer:
         self.api_key = api_key
         self.requests = 0
         self.in_flight = 0
+        #: other clients' requests its ``vllm:num_requests_waiting`` gauge says wait for a slot
+        self.waiting = 0
         self.ttft_observed: list[float] = []
         #: per request, the perf_counter moments at which each token-bearing chunk was written
         #: (the truth a client's TTFT, ITL and E2E are compared with when it runs in-process)
@@ -281,6 +283,7 @@ class FakeServer:
         lines.append(f"vllm:num_preemptions_total{{{labels}}} {self.requests // 2}")
         lines.append(f"vllm:kv_cache_usage_perc{{{labels}}} {self.in_flight / 10}")
         lines.append(f"vllm:num_requests_running{{{labels}}} {self.in_flight}")
+        lines.append(f"vllm:num_requests_waiting{{{labels}}} {self.waiting}")
         lines.append("# TYPE process_resident_memory_bytes gauge")
         lines.append(f"process_resident_memory_bytes {RSS_BYTES + self.leak_bytes * self.requests}")
         return web.Response(text="\n".join(lines) + "\n")

@@ -144,6 +144,18 @@ def test_a_lasting_slowdown_is_slower_in_every_round() -> None:
     assert f"the least slow of {ROUNDS} rounds" in d.evidence[0], d.evidence
 
 
+def test_a_slower_round_the_servers_own_queue_explains_is_the_only_one() -> None:
+    """A neighbour's load the server itself shows (requests waiting for a slot in its gauges):
+    one round says it, and doctor does not queue two more rounds behind that load."""
+    with Settling(slow_for=1000) as server:
+        server.waiting = 12
+        found = rounds_against(server)
+    assert len(found["rounds"]) == 1 and server.requests == 1 + REQUESTS, found["rounds"]
+    d = diagnose(healthy({**found, "baseline": {**BASE, "run": "r", "started": "s"}}))
+    assert d.status == PROBLEM and d.signature == "slower-than-bench", d
+    assert "requests wait in the server's queue" in d.cause, d
+
+
 def test_a_round_as_fast_as_the_baseline_is_the_only_one() -> None:
     with Settling(slow_for=0) as server:
         found = rounds_against(server)
