@@ -14,9 +14,11 @@ peers only, never through a proxy, and appears on no command line and in no outp
 from __future__ import annotations
 
 import hashlib
+import http.server
 import json
 import os
 import subprocess
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -415,3 +417,36 @@ def test_peers_are_for_url_sources_only(tmp_path: Path, token: Path) -> None:
                        "http://127.0.0.2:7070", "--peer-token-file", str(token))
     assert code == 1 and "--peer and --peer-token-file go with --url" in err
     assert sha(upload) == digest
+
+
+class _Redirecting(http.server.BaseHTTPRequestHandler):
+    """A 'peer' that sends every request on to the URL in ``server.location``."""
+
+    def do_GET(self) -> None:
+        self.send_response(302)
+        self.send_header("Location", self.server.location)  # type: ignore[attr-defined]
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def log_message(self, format: str, *args: Any) -> None:
+        """Quiet."""
+
+
+def test_a_redirecting_peer_is_dropped_and_the_token_goes_nowhere(
+    tmp_path: Path, origin: FaultServer, archive, token: Path
+) -> None:
+    name, digest = archive
+    redirecting = http.server.HTTPServer(("127.0.0.2", 0), _Redirecting)
+    redirecting.location = origin.url(name)  # type: ignore[attr-defined]
+    threading.Thread(target=redirecting.serve_forever, args=(0.05,), daemon=True).start()
+    try:
+        peer = f"http://127.0.0.2:{redirecting.server_address[1]}"
+        code, out, err = install(host(tmp_path, "b"), origin.url(name), digest, "--peer", peer,
+                                 "--peer-token-file", str(token))
+    finally:
+        redirecting.shutdown()
+        redirecting.server_close()
+    assert code == 0, err
+    assert f"peer {peer} dropped (" in out and "HTTP 302" in out
+    assert ranges_asked(origin) == [None]  # asked once, as the origin, not through the peer
+    assert all(r["authorization"] is None for r in origin.requests)
