@@ -4,9 +4,9 @@ A peer is another host of the fleet serving its kept blobs (``hostside/peer_serv
 ``http://ADDRESS:PORT/blobs/<sha256>``. The installer tries the sources in order; each transfer
 is verified by SHA256 before anything is unpacked or switched, exactly as from the origin. A
 source that refuses (401, 403, 404, 503 twice), cannot be reached, stalls past its timeout,
-dies mid-transfer or sends bytes that do not match is **dropped**, named in the output, and the
-next one is tried; the origin, last, keeps the retries of the model's ``download:`` setting and
-its errors are the install's.
+sends no length, dies mid-transfer or sends bytes that do not match is **dropped**, named in the
+output, and the next one is tried; the origin, last, keeps the retries of the model's
+``download:`` setting and its errors are the install's.
 
 Safe resume across sources: the partial file is named by the digest it must reach, so the next
 source continues it (a peer that died at 60 % costs the next one only 40 %). A prefix from a bad
@@ -83,6 +83,7 @@ class Source:
     + retries, timeout: its patience
     + headers: what it is sent (a peer's token; never shown)
     + opener: how it is reached (None: urllib's default, proxies included)
+    + peer: a peer (its answer must carry a length, so what it sends is bounded)
     """
 
     url: str
@@ -91,6 +92,7 @@ class Source:
     timeout: float
     headers: dict[str, str] = field(default_factory=dict, repr=False)
     opener: Any = field(default=None, repr=False)
+    peer: bool = False
 
 
 def sources_for(origin: str, sha256: str, peers: list[str], token: str | None, *,
@@ -108,7 +110,7 @@ def sources_for(origin: str, sha256: str, peers: list[str], token: str | None, *
     for peer in peers:
         base = peer_base(peer)
         found.append(Source(f"{base}/blobs/{sha256}", f"peer {base}", peer_retries, peer_timeout,
-                            {"Authorization": f"Bearer {token}"}, opener))
+                            {"Authorization": f"Bearer {token}"}, opener, peer=True))
     found.append(Source(origin, "the origin", retries, 60.0))
     return found
 
@@ -129,7 +131,7 @@ def download_first(name: str, sources: list[Source], partial: Path, sha256: str,
                 name, source.url, partial, sha256, retries=source.retries,
                 retry_wait=retry_wait, progress_every=progress_every, timeout=source.timeout,
                 need_extra=need_extra, durable=durable, headers=source.headers,
-                opener=source.opener, adopt=True, carried=carried,
+                opener=source.opener, adopt=True, carried=carried, need_length=source.peer,
             )  # fmt: skip
             try:
                 return download.run(), source

@@ -297,6 +297,7 @@ class Download:
     + adopt: continue a partial file that another source of the same digest left
     + carried: the running digest and byte count of a partial this process just wrote (it is
       not re-hashed then)
+    + need_length: refuse an answer without a length (a peer's: what it sends is bounded)
     """
 
     def __init__(
@@ -316,6 +317,7 @@ class Download:
         opener: urllib.request.OpenerDirector | None = None,
         adopt: bool = False,
         carried: tuple[Any, int] | None = None,
+        need_length: bool = False,
     ) -> None:
         self.name = name
         self.durable = durable
@@ -334,6 +336,7 @@ class Download:
         self.opener = opener
         self.adopt = adopt
         self.carried = carried
+        self.need_length = need_length
         self.digest: Any = None
         self.written = 0
 
@@ -353,6 +356,9 @@ class Download:
                         self.total = self.state.get("total")
                         break
                     start, total = response.start, response.total
+                    if total is None and self.need_length:
+                        response.reply.close()
+                        raise FetchError(f"{self.url} sent no length: refused")
                     if start != sink.written:
                         say(f"{self.name}: the server sent the whole file; starting over")
                         os.ftruncate(fd, 0)

@@ -45,8 +45,9 @@ class PeerProcess:
 
     @property
     def url(self) -> str:
-        """The peer's base URL (what ``fetch_model.py --peer`` takes)."""
-        return f"http://{self.address}:{self.port}"
+        """The peer's base URL (what ``fetch_model.py --peer`` takes; IPv6 in brackets)."""
+        shown = f"[{self.address}]" if ":" in self.address else self.address
+        return f"http://{shown}:{self.port}"
 
     @property
     def pid(self) -> int:

@@ -225,6 +225,20 @@ def test_a_refusing_or_absent_peer_is_dropped_and_named(tmp_path: Path, www: Pat
     assert len(origin.requests) == asked
 
 
+def test_a_peer_on_ipv6(tmp_path: Path, www: Path, origin: FaultServer, archive,
+                       token: Path) -> None:
+    name, digest = archive
+    a = seeded(tmp_path, origin, www, "a", name, digest)
+    asked = len(origin.requests)
+    with PeerProcess(a, token, address="::1") as peer:
+        assert peer.first_line.count("http://[::1]:") == 1
+        assert peer.url == f"http://[::1]:{peer.port}"
+        code, out, err = install(host(tmp_path, "b"), origin.url(name), digest, "--peer",
+                                 peer.url, "--peer-token-file", str(token))
+    assert code == 0, err
+    assert "dropped" not in out and len(origin.requests) == asked
+
+
 def test_every_peer_failing_ends_at_the_origin(tmp_path: Path, origin: FaultServer, archive,
                                                token: Path) -> None:
     name, digest = archive
@@ -417,6 +431,36 @@ def test_peers_are_for_url_sources_only(tmp_path: Path, token: Path) -> None:
                        "http://127.0.0.2:7070", "--peer-token-file", str(token))
     assert code == 1 and "--peer and --peer-token-file go with --url" in err
     assert sha(upload) == digest
+
+
+class _Endless(http.server.BaseHTTPRequestHandler):
+    """A 'peer' that answers 200 with no length and would send bytes until the disk is full."""
+
+    def do_GET(self) -> None:
+        self.send_response(200)
+        self.end_headers()
+        for _ in range(64):
+            self.wfile.write(b"x" * 65536)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        """Quiet."""
+
+
+def test_a_peer_that_sends_no_length_is_dropped(tmp_path: Path, origin: FaultServer, archive,
+                                                token: Path) -> None:
+    name, digest = archive
+    endless = http.server.HTTPServer(("127.0.0.2", 0), _Endless)
+    threading.Thread(target=endless.serve_forever, args=(0.05,), daemon=True).start()
+    try:
+        peer = f"http://127.0.0.2:{endless.server_address[1]}"
+        code, out, err = install(host(tmp_path, "b"), origin.url(name), digest, "--peer", peer,
+                                 "--peer-token-file", str(token))
+    finally:
+        endless.shutdown()
+        endless.server_close()
+    assert code == 0, err
+    assert f"peer {peer} dropped ({peer}/blobs/{digest} sent no length: refused)" in out
+    assert ranges_asked(origin) == [None]
 
 
 class _Redirecting(http.server.BaseHTTPRequestHandler):
