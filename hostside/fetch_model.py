@@ -48,14 +48,7 @@ from hostside.models.common import NAME_PATTERN, FetchError, say
 from hostside.models.huggingface import install_hf
 from hostside.models.peers import sources_for
 from hostside.models.sources import file_name, install_file, install_url
-from hostside.models.store import (
-    Layout,
-    check,
-    installed,
-    remove,
-    rollback,
-    versions,
-)
+from hostside.models.store import Layout, check, installed, remove, rollback, versions
 from hostside.peertoken import TokenError, read_token_file
 
 EXIT_DRIFT = 3

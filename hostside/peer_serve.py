@@ -137,8 +137,11 @@ class BlobHandler(BaseHTTPRequestHandler):
 
     server: PeerServer
     server_version = "vllm-fleet-peer/1"
-    sys_version = ""
     timeout = CONNECTION_TIMEOUT
+
+    def version_string(self) -> str:
+        """The ``Server`` header: the program, not Python's version."""
+        return self.server_version
 
     def do_GET(self) -> None:
         """Send a blob (or the range of it asked for)."""
