@@ -26,6 +26,7 @@ from typing import Any
 import pytest
 
 from hostside import local_command
+from hostside.models.common import human_bytes
 from tests.support.faultserver import FaultServer
 from tests.support.peerserver import PeerProcess, token_file
 from tests.support.wait import wait_until
@@ -297,17 +298,46 @@ def test_a_peer_killed_mid_transfer_then_the_next_source_completes(
     out, err = process.communicate(timeout=60)
     assert process.returncode == 0, out + err
     assert f"peer {slow.url} dropped (" in out and "trying the origin" in out
-    assert f"continuing the 4.00 MiB that {slow.url}/blobs/{digest} sent" in out
     assert "re-hashing" not in out  # the running digest was handed over, not read again
     ranges = ranges_asked(origin, asked)
     assert len(ranges) == 1 and ranges[0] is not None, (ranges, out)  # the rest only
     start = int(ranges[0].removeprefix("bytes=").rstrip("-"))
     assert start >= seen["at"] > 0
+    assert f"continuing the {human_bytes(start)} that {slow.url}/blobs/{digest} sent" in out
     assert seen["at"] < (www / name).stat().st_size  # it was cut mid-transfer
     assert run("check", "--name", NAME, "--models-dir", str(b), "--deep")[0] == 0
     assert TOKEN.encode() not in seen["cmdline"] and TOKEN not in seen["state"]
     assert TOKEN not in out + err
     assert all(r["authorization"] is None for r in origin.requests)
+
+
+def test_a_later_run_continues_what_a_dead_peer_left(tmp_path: Path, www: Path,
+                                                     origin: FaultServer, archive,
+                                                     token: Path) -> None:
+    """Run 1: the peer dies and the origin has lost the file (exit 1, the partial kept). Run 2,
+    origin only: the peer's bytes are re-hashed once and continued, not fetched again."""
+    name, digest = archive
+    a = seeded(tmp_path, origin, www, "a", name, digest)
+    kept = (www / name).read_bytes()
+    (www / name).unlink()
+    asked = len(origin.requests)
+    b = host(tmp_path, "b")
+    slow = PeerProcess(a, token, address="127.0.0.2", extra=("--max-rate", str(SLOW_RATE)))
+    with slow:
+        process = fetch_in_background(b, origin.url(name), digest, "--peer", slow.url,
+                                      "--peer-token-file", str(token))
+        seen = killed_mid_transfer(slow, b, digest, process)
+    out, err = process.communicate(timeout=60)
+    assert process.returncode == 1 and "HTTP 404" in err, out + err
+    left = partial_of(b, digest).stat().st_size
+    assert left >= seen["at"] > 0
+    (www / name).write_bytes(kept)
+    code, out, err = install(b, origin.url(name), digest)
+    assert code == 0, err
+    assert f"continuing the {human_bytes(left)} that {slow.url}/blobs/{digest} sent" in out
+    assert "re-hashing what is already here once" in out
+    assert ranges_asked(origin, asked)[-1] == f"bytes={left}-"
+    assert run("check", "--name", NAME, "--models-dir", str(b), "--deep")[0] == 0
 
 
 def test_a_peer_serving_corrupted_bytes_is_dropped(tmp_path: Path, www: Path,
