@@ -3,6 +3,8 @@
 :mod:`.common` (error, status lines, units, settings), :mod:`.transport` (pipeline, progress,
 resumable downloads), :mod:`.archive` (safe unpacking), :mod:`.store` (layout, manifest,
 switch, check, rollback, prune, remove, the one install shape), :mod:`.sources` (url, file),
-:mod:`.huggingface` (hf). A subpackage rather than ``model_*.py`` modules beside the other
-programs: these are one program's parts, uploaded together, never run alone.
+:mod:`.peers` (a URL's file from peers first, the origin last), :mod:`.blobs` (verified
+archives kept for peers), :mod:`.huggingface` (hf). A subpackage rather than ``model_*.py``
+modules beside the other programs: these are one program's parts, uploaded together, never run
+alone.
 """

@@ -4,7 +4,8 @@ The installer (:mod:`hostside.fetch_model`, its command line) is split by concer
 package, so that each part can be read and tested alone: :mod:`.transport` (streaming, hashing,
 resumable downloads), :mod:`.archive` (safe unpacking), :mod:`.store` (the version store:
 layout, manifest, switch, check, rollback, prune, remove, and the one install shape),
-:mod:`.sources` (url and file) and :mod:`.huggingface` (hf). Arrows: sources → store, archive,
+:mod:`.sources` (url and file), :mod:`.peers` (peers before the origin), :mod:`.blobs` (archives
+kept for peers) and :mod:`.huggingface` (hf). Arrows: sources → peers, blobs, store, archive,
 transport → common; nothing here imports the command line.
 
 Example:

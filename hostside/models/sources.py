@@ -1,7 +1,9 @@
 """Where a version comes from: an HTTP(S) URL or a file pushed to the host (``--url``, ``--file``).
 
 Each source fetches into staging and hands :func:`hostside.models.store.install` a
-:class:`~hostside.models.store.Staged` version; the store reuses, switches and prunes. The
+:class:`~hostside.models.store.Staged` version; the store reuses, switches and prunes. A URL
+may come from peers first (:mod:`hostside.models.peers`), and with ``keep_blob`` the verified
+archive is kept for peers (:mod:`hostside.models.blobs`) instead of deleted. The
 Hugging Face source, the one that needs a library (``huggingface_hub``), is
 :mod:`hostside.models.huggingface`.
 
@@ -21,11 +23,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from hostside.models import common
+from hostside.models import blobs, common
 from hostside.models.archive import strip_top, unpack
-from hostside.models.common import DiskFull, FetchError, free_bytes, human_bytes
-from hostside.models.store import Layout, Staged, install
-from hostside.models.transport import Download, hash_file
+from hostside.models.common import DiskFull, FetchError, free_bytes, human_bytes, say
+from hostside.models.peers import Source, download_first
+from hostside.models.store import Layout, Staged, install, read_manifest
+from hostside.models.transport import hash_file
 
 
 def file_name(source: str) -> str:
@@ -75,33 +78,49 @@ def _unpack_into_version(
 
 def install_url(
     layout: Layout,
-    url: str,
+    sources: list[Source],
     sha256: str,
     keep: int,
     unpack_it: bool,
     name_in_version: str,
     *,
-    retries: int,
     retry_wait: float,
     progress_every: float,
     deep: bool = False,
+    keep_blob: bool = False,
 ) -> str:
-    """Download (resumable), verify, unpack or place, and switch; return a summary."""
+    """Download (resumable) from the first source that delivers (peers, then the origin:
+    the last of ``sources``), verify, unpack or place, and switch; return a summary."""
+    origin = sources[-1].url
 
     def fetch() -> Staged:
         partial = layout.staging / f"{layout.name}-{sha256[:16]}.partial"
-        download = Download(
-            layout.name, url, partial, sha256,
-            retries=retries, retry_wait=retry_wait, progress_every=progress_every,
+        state = partial.with_name(partial.name + ".json")
+        size, source = download_first(
+            layout.name, sources, partial, sha256, retry_wait=retry_wait,
+            progress_every=progress_every,
             need_extra=(lambda total: total) if unpack_it else (lambda total: 0),
             durable=common.DURABLE and not unpack_it,
-        )
-        size = download.run()
-        return _stage_verified(layout, partial, sha256, unpack_it, name_in_version,
-                               {"kind": "url", "url": url}, size, progress_every,
-                               cleanup=download.discard)
+        )  # fmt: skip
 
-    return install(layout, sha256, keep, fetch, deep=deep)
+        def cleanup() -> None:
+            partial.unlink(missing_ok=True)
+            state.unlink(missing_ok=True)
+
+        record: dict[str, Any] = {"kind": "url", "url": origin}
+        if source.url != origin:
+            record["via"] = source.label
+        return _stage_verified(layout, partial, sha256, unpack_it, name_in_version, record,
+                               size, progress_every, cleanup=cleanup, keep_blob=keep_blob)
+
+    return install(layout, sha256, keep, fetch, deep=deep,
+                   reused=lambda: _keep_reused(layout, sha256) if keep_blob else None)
+
+
+def _keep_reused(layout: Layout, sha256: str) -> None:
+    """``--keep-blob`` on a version already installed: keep its blob if it still can be."""
+    version = layout.version(sha256)
+    say(blobs.keep_from_version(layout.models_dir, version, read_manifest(version) or {}))
 
 
 def _stage_verified(
@@ -114,8 +133,13 @@ def _stage_verified(
     size: int,
     progress_every: float,
     cleanup: Callable[[], None],
+    keep_blob: bool = False,
 ) -> Staged:
-    """Stage a verified download or upload: unpacked, or as the version's single file."""
+    """Stage a verified download or upload: unpacked, or as the version's single file.
+
+    With ``keep_blob``, the verified bytes stay as the blob of ``sha256``: the archive moved
+    there once unpacked, the single file hard-linked.
+    """
     manifest: dict[str, Any] = {"source": source, "sha256": sha256, "size": size}
     if unpack_it:
         try:
@@ -129,6 +153,8 @@ def _stage_verified(
             raise
         try:
             manifest.update(files=files, links=links)
+            if keep_blob:
+                blobs.keep_moved(layout.models_dir, verified, sha256)
             cleanup()
         except BaseException:
             shutil.rmtree(work, ignore_errors=True)
@@ -141,6 +167,8 @@ def _stage_verified(
         os.rename(verified, target)
         cleanup()
         os.chmod(target, 0o644)
+        if keep_blob:
+            blobs.keep_linked(layout.models_dir, target, sha256)
         st = os.stat(target)
         manifest.update(
             files={name_in_version: {"size": st.st_size, "sha256": sha256,
@@ -162,6 +190,7 @@ def install_file(
     name_in_version: str,
     progress_every: float,
     deep: bool = False,
+    keep_blob: bool = False,
 ) -> str:
     """Install a file already on this host (pushed from the control machine)."""
 
@@ -185,7 +214,7 @@ def install_file(
             if digest.hexdigest() != sha256:
                 raise mismatch()
             return _stage_verified(layout, path, sha256, False, name_in_version, source, size,
-                                   progress_every, cleanup=lambda: None)
+                                   progress_every, cleanup=lambda: None, keep_blob=keep_blob)
         # One read: the archive is hashed while it is unpacked into staging; nothing goes
         # live unless the digest matches.
         root, files, links, work = _unpack_into_version(
@@ -194,10 +223,16 @@ def install_file(
         if digest.hexdigest() != sha256:
             shutil.rmtree(work, ignore_errors=True)
             raise mismatch()
+        if keep_blob:
+            blobs.keep_moved(layout.models_dir, path, sha256)
         path.unlink(missing_ok=True)
         manifest = {"source": source, "sha256": sha256, "size": size, "files": files,
                     "links": links}
         return Staged(root, manifest, work)
 
-    return install(layout, sha256, keep, fetch, deep=deep,
-                   reused=lambda: path.unlink(missing_ok=True))
+    def reused() -> None:
+        path.unlink(missing_ok=True)
+        if keep_blob:
+            _keep_reused(layout, sha256)
+
+    return install(layout, sha256, keep, fetch, deep=deep, reused=reused)

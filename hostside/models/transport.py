@@ -6,6 +6,12 @@ interrupted transfer with an HTTP ``Range`` request (``If-Range`` on the server'
 within one run the running digest simply continues; across runs the ``.partial`` file is
 re-hashed once, because hashlib cannot save a digest's state (see docs/models.md).
 
+A partial file is named by the digest it must reach, so it may be continued from another source
+of the same bytes (a peer that died, then the next peer or the origin: ``adopt``). Such a copy
+is *spliced*: when its digest does not match, no one source can be blamed, and the caller
+fetches the whole file again from the current source (:class:`ChecksumMismatch` says which case
+it is; :mod:`hostside.models.peers` decides).
+
 Example:
     >>> Progress("m", total=None, every=0).line(done=1 << 20, elapsed=1.0)
     'm: 1.00 MiB at 1.00 MiB/s'
@@ -25,13 +31,14 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, BinaryIO
 
 from hostside.models.common import (
     CHUNK,
     DEPTH,
+    DiskFull,
     FetchError,
     free_bytes,
     human_bytes,
@@ -49,6 +56,18 @@ class Retryable(Exception):
 
 class StartOver(Exception):
     """The server cannot continue the partial file: download it from the start."""
+
+
+class ChecksumMismatch(FetchError):
+    """The whole file arrived and its SHA256 is not the pinned one; the download is deleted.
+
+    + spliced: the file joined bytes of more than one source (a partial continued from
+      another), so the current source alone is not proven wrong
+    """
+
+    def __init__(self, message: str, spliced: bool) -> None:
+        super().__init__(message)
+        self.spliced = spliced
 
 
 
@@ -273,6 +292,12 @@ class Download:
     + partial: the file that grows; ``partial.json`` beside it remembers the URL and the
       server's validators (ETag, Last-Modified, size) so that a later run may resume it
     + sha256: the expected digest of the whole file
+    + headers: sent with every request and never on a redirect (a peer's token)
+    + opener: how to open the URL (a peer's: no proxy, no redirect); urllib's default otherwise
+    + adopt: continue a partial file that another source of the same digest left
+    + carried: the running digest and byte count of a partial this process just wrote (it is
+      not re-hashed then)
+    + need_length: refuse an answer without a length (a peer's: what it sends is bounded)
     """
 
     def __init__(
@@ -288,6 +313,11 @@ class Download:
         timeout: float = 60.0,
         need_extra: Callable[[int], int] = lambda total: 0,
         durable: bool = False,
+        headers: Mapping[str, str] | None = None,
+        opener: urllib.request.OpenerDirector | None = None,
+        adopt: bool = False,
+        carried: tuple[Any, int] | None = None,
+        need_length: bool = False,
     ) -> None:
         self.name = name
         self.durable = durable
@@ -302,11 +332,17 @@ class Download:
         self.need_extra = need_extra
         self.state: dict[str, Any] = {"url": url}
         self.total: int | None = None
+        self.headers = dict(headers or {})
+        self.opener = opener
+        self.adopt = adopt
+        self.carried = carried
+        self.need_length = need_length
+        self.digest: Any = None
+        self.written = 0
 
     def run(self) -> int:
         """Download (resuming what a previous run left), verify; return the size."""
-        digest = hashlib.sha256()
-        offset = self._resume(digest)
+        digest, offset = self._resume()
         fd = os.open(self.partial, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW, 0o600)
         sink = Sink(fd, digest, self.durable)
         sink.written = offset
@@ -320,11 +356,15 @@ class Download:
                         self.total = self.state.get("total")
                         break
                     start, total = response.start, response.total
+                    if total is None and self.need_length:
+                        response.reply.close()
+                        raise FetchError(f"{self.url} sent no length: refused")
                     if start != sink.written:
                         say(f"{self.name}: the server sent the whole file; starting over")
                         os.ftruncate(fd, 0)
                         sink.digest = digest = hashlib.sha256()
                         sink.written = 0
+                        self.state.pop("spliced", None)
                     os.lseek(fd, sink.written, os.SEEK_SET)
                     self.total = total
                     self._save_state(response)
@@ -367,20 +407,30 @@ class Download:
                 os.fsync(fd)
         finally:
             os.close(fd)
+            self.digest, self.written = sink.digest, sink.written
         actual = digest.hexdigest()
         if actual != self.sha256:
+            spliced = bool(self.state.get("spliced"))
             self.discard()
+            if spliced:
+                raise ChecksumMismatch(
+                    f"the copy continued from {self.state.get('from', 'another source')} with "
+                    f"{self.url} does not match sha256 {self.sha256} (got {actual}); one of them "
+                    "sent bad bytes and the download was deleted",
+                    spliced=True,
+                )
             hint = (
                 "the server sent no length, so a cut-off transfer shows up only here; "
                 if self.total is None
                 else ""
             )
-            raise FetchError(
+            raise ChecksumMismatch(
                 f"checksum mismatch for {self.url}: expected sha256 {self.sha256}, got {actual} "
                 f"({sink.written} bytes); {hint}the file is corrupt, truncated at the source or "
                 "not the one the fleet file names. The download was deleted and the previous "
                 "model keeps serving: compare the sha256 in the fleet file with the publisher's, "
-                "then deploy again"
+                "then deploy again",
+                spliced=False,
             )
         return sink.written
 
@@ -391,29 +441,45 @@ class Download:
 
     # ------------------------------------------------------------------ steps
 
-    def _resume(self, digest: Any) -> int:
-        """Re-hash what a previous run downloaded (once), or start afresh; return the offset."""
+    def _resume(self) -> tuple[Any, int]:
+        """The running digest and offset to continue from: what a previous run (or, with
+        ``adopt``, another source) left, re-hashed once unless this process carried its digest;
+        or a fresh start."""
+        digest = hashlib.sha256()
         try:
             state = json.loads(self.state_path.read_text())
         except (OSError, ValueError):
             state = None
-        if (
-            state
-            and state.get("url") == self.url
-            and self.partial.is_file()
-            and not self.partial.is_symlink()
-        ):
+        usable = bool(state) and self.partial.is_file() and not self.partial.is_symlink()
+        same = usable and state.get("url") == self.url
+        if not (same or (usable and self.adopt)):
+            self.discard()
+            return digest, 0
+        size = self.partial.stat().st_size
+        if same:
             self.state = state
-            size = self.partial.stat().st_size
+        else:
+            self.state = {"url": self.url, "from": state.get("url")}
             if size:
-                say(
-                    f"{self.name}: resuming an interrupted download at "
-                    f"{human_bytes(size)}; re-hashing what is already here once"
-                )
-                hash_file(self.partial, [digest])
-            return size
-        self.discard()
-        return 0
+                self.state["spliced"] = True
+                say(f"{self.name}: continuing the {human_bytes(size)} that "
+                    f"{state.get('url')} sent, from {self.url}")
+            if isinstance(state.get("total"), int):
+                self.state["total"] = state["total"]  # the same digest: the same size
+        if state.get("spliced") and size:
+            self.state["spliced"] = True
+            self.state.setdefault("from", state.get("from"))
+        if not size:
+            self.state.pop("spliced", None)
+            return digest, 0
+        if self.carried is not None and self.carried[1] == size:
+            return self.carried[0].copy(), size
+        say(
+            f"{self.name}: resuming an interrupted download at "
+            f"{human_bytes(size)}; re-hashing what is already here once"
+        )
+        hash_file(self.partial, [digest])
+        return digest, size
 
     def _save_state(self, response: _Response) -> None:
         for key in ("etag", "last_modified"):
@@ -452,8 +518,11 @@ class Download:
             if validator:
                 headers["If-Range"] = validator
         request = urllib.request.Request(self.url, headers=headers)
+        for key, value in self.headers.items():
+            request.add_unredirected_header(key, value)
+        open_url = self.opener.open if self.opener is not None else urllib.request.urlopen
         try:
-            reply = urllib.request.urlopen(request, timeout=self.timeout)
+            reply = open_url(request, timeout=self.timeout)
         except urllib.error.HTTPError as err:
             err.close()
             if err.code == 416 and offset and offset == self.state.get("total"):
@@ -485,7 +554,8 @@ class Download:
             try:
                 pipeline.close()
             except OSError as err:
-                raise FetchError(self._write_failed(err, sink.written)) from None
+                failed = DiskFull if err.errno == errno.ENOSPC else FetchError
+                raise failed(self._write_failed(err, sink.written)) from None
         if failure is not None:
             raise Retryable(f"the transfer broke after {human_bytes(sink.written)}: {failure}")
         if self.progress_every:

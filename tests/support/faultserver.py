@@ -9,7 +9,7 @@ Example:
     server = FaultServer(directory).start()
     server.faults.cut_at, server.faults.cuts, server.faults.down_for = 1 << 20, 1, 1.0
     urllib.request.urlopen(server.url("model.tar.gz"))   # cut after 1 MiB, down for 1 s
-    server.requests[-1]                                   # → {'path': ..., 'range': None}
+    server.requests[-1]            # → {'path': ..., 'range': None, 'authorization': None}
     server.stop()
 """
 
@@ -53,7 +53,8 @@ class FaultHandler(ArchiveRequestHandler):
 
     def send_head(self) -> BinaryIO | None:  # type: ignore[override]
         owner: FaultServer = self.server.owner  # type: ignore[attr-defined]
-        owner.requests.append({"path": self.path, "range": self.headers.get("Range")})
+        owner.requests.append({"path": self.path, "range": self.headers.get("Range"),
+                               "authorization": self.headers.get("Authorization")})
         if owner.faults.ignore_range and "Range" in self.headers:
             del self.headers["Range"]
         return super().send_head()

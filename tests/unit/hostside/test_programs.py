@@ -126,6 +126,11 @@ def test_key_never_reaches_a_command_line(server) -> None:
                          "hostside/tlsprobe.py"]),
         ("request", ["hostside/__init__.py", "hostside/envfile.py", "hostside/request.py",
                      "hostside/tlsprobe.py"]),
+        ("peer_serve", [
+            "hostside/__init__.py", "hostside/models/__init__.py", "hostside/models/blobs.py",
+            "hostside/models/common.py", "hostside/models/transport.py", "hostside/peer_serve.py",
+            "hostside/peertoken.py",
+        ]),
         ("canary", [
             "hostside/__init__.py", "hostside/canary.py", "hostside/envfile.py",
             "hostside/router_workers.py", "loadgen/__init__.py", "loadgen/prompts.py",
