@@ -24,23 +24,17 @@ if (($#)); then
     verdict $?
     exit
 fi
-# Four streams at once. What boots the shared vLLM hosts (tests/e2e and the sandbox's own
-# tests) mostly waits on containers and vLLM — two cores stand about half idle under it — so it
-# is two streams, each on sandbox hosts of its own with its own port blocks and test-model port
-# (tests/support/e2e.py, FLEET_E2E_STREAM): the modules that need two hosts (the pair stream, in
-# the background) and every other one (in the foreground: the long one). The stand-in GPU hosts
-# (drift, plan from a host: their own host names, no vLLM, ports outside the shared blocks) run
-# beside them; everything else (unit tests, doctests) fills the cores meanwhile. The background
-# streams' output is printed whole when the long one is done; every stream's exit code counts
-# (5, no tests, fails).
+# Three streams at once. What boots the shared vLLM hosts (tests/e2e and the sandbox's own
+# tests: they share container names and ports, so one after another) mostly waits on containers
+# and vLLM and is the long one; the stand-in GPU hosts (drift, plan from a host: their own host
+# names, no vLLM, ports outside the shared blocks) run beside it; everything else (unit tests,
+# doctests) fills the cores meanwhile. The background streams' output is printed whole when the
+# long one is done; every stream's exit code counts (5, no tests, fails).
 STANDIN_STREAM=(tests/e2e/test_drift_e2e.py tests/e2e/test_plan_from_host_e2e.py)
-PAIR_STREAM=(tests/e2e/test_endpoints_e2e.py tests/e2e/test_monitoring_e2e.py
-    tests/e2e/test_multinode_e2e.py)
 HOSTS_STREAM=(tests/e2e tests/unit/sandbox/test_sandbox.py)
 rest_log=$(mktemp)
 standin_log=$(mktemp)
-pair_log=$(mktemp)
-trap 'rm -f "$rest_log" "$standin_log" "$pair_log"' EXIT
+trap 'rm -f "$rest_log" "$standin_log"' EXIT
 echo "==> pytest (all but ${HOSTS_STREAM[*]}, in the background: its output follows)"
 .venv/bin/python -m pytest --durations=30 "${HOSTS_STREAM[@]/#/--ignore=}" >"$rest_log" 2>&1 &
 rest_pid=$!
@@ -48,21 +42,11 @@ echo "==> pytest ${STANDIN_STREAM[*]} (in the background: its output follows)"
 .venv/bin/python -m pytest --durations=30 -p no:cacheprovider "${STANDIN_STREAM[@]}" \
     >"$standin_log" 2>&1 &
 standin_pid=$!
-echo "==> pytest ${PAIR_STREAM[*]} (in the background: its output follows)"
-FLEET_E2E_STREAM=pair .venv/bin/python -m pytest --durations=30 -p no:cacheprovider \
-    "${PAIR_STREAM[@]}" >"$pair_log" 2>&1 &
-pair_pid=$!
-echo "==> pytest ${HOSTS_STREAM[*]} (but ${STANDIN_STREAM[*]} ${PAIR_STREAM[*]})"
-FLEET_E2E_STREAM=one .venv/bin/python -m pytest --durations=30 -p no:cacheprovider \
-    "${STANDIN_STREAM[@]/#/--ignore=}" "${PAIR_STREAM[@]/#/--ignore=}" "${HOSTS_STREAM[@]}"
+echo "==> pytest ${HOSTS_STREAM[*]} (but ${STANDIN_STREAM[*]})"
+.venv/bin/python -m pytest --durations=30 -p no:cacheprovider "${STANDIN_STREAM[@]/#/--ignore=}" \
+    "${HOSTS_STREAM[@]}"
 verdict $? "${HOSTS_STREAM[*]}"
 hosts_status=$?
-wait "$pair_pid"
-pair_status=$?
-echo "==> pytest ${PAIR_STREAM[*]}"
-cat "$pair_log"
-verdict "$pair_status" "${PAIR_STREAM[*]}"
-pair_status=$?
 wait "$standin_pid"
 standin_status=$?
 echo "==> pytest ${STANDIN_STREAM[*]}"
@@ -76,6 +60,5 @@ cat "$rest_log"
 verdict "$rest_status" "all but ${HOSTS_STREAM[*]}"
 rest_status=$?
 ((hosts_status == 0)) || exit "$hosts_status"
-((pair_status == 0)) || exit "$pair_status"
 ((standin_status == 0)) || exit "$standin_status"
 exit "$rest_status"

@@ -30,7 +30,6 @@ import pytest
 from fleet.catalog.paths import VENV_DIR
 from sandbox import hosts as sandbox
 from sandbox import modelserver, state
-from tests.support import e2e
 from tests.support.e2e import TESTMODEL, TESTMODEL_PORT, VLLM_HOST, VLLM_HOST_B, VLLM_HOST_PORTS
 
 END_MARK = "ends_vllm_host"
@@ -61,23 +60,9 @@ def _timing_last(items: list[pytest.Item]) -> None:
         items[:] = [*rest[: after[-1] + 1], *timing, *rest[after[-1] + 1 :]]
 
 
-def _check_stream(items: list[pytest.Item]) -> None:
-    """Refuse a module of the other stream (:data:`tests.support.e2e.STREAM`): its ports are
-    not declared on this stream's hosts."""
-    if not e2e.STREAM:
-        return
-    strays = sorted({item.path.name for item in items if item.path.parent.name == "e2e"
-                     and (item.path.name in e2e.PAIR_MODULES) != (e2e.STREAM == "pair")})
-    if strays:
-        raise pytest.UsageError(f"FLEET_E2E_STREAM={e2e.STREAM} does not run {', '.join(strays)}"
-                                ": run it in the other stream, or with FLEET_E2E_STREAM unset")
-
-
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Refuse a module of the other stream; move the timing modules after
-    :data:`TIMING_AFTER`, then the tests that stop the shared host to just after its last
-    other user."""
-    _check_stream(items)
+    """Move the timing modules after :data:`TIMING_AFTER`, then the tests that stop the shared
+    host to just after its last other user."""
     _timing_last(items)
     enders = [item for item in items if item.get_closest_marker(END_MARK)]
     if not enders:

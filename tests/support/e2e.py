@@ -26,20 +26,8 @@ ROOT = Path(__file__).resolve().parents[2]
 #: Where this interpreter's ``pyinfra`` and ``fleet`` live (the checkout's venv).
 BIN = Path(sys.executable).parent
 
-#: Which of CI's two sandbox-host streams this session is (``FLEET_E2E_STREAM``, set by
-#: scripts/test.sh): ``pair``, the modules of two hosts (:data:`PAIR_MODULES`) on hosts of their
-#: own, or ``one``, every other module on the usual hosts; unset, one session runs any module.
-#: The streams run side by side: the hosts share this machine's network, so each stream's
-#: hosts declare only the port blocks of its own modules, and each serves the test model on a
-#: port of its own.
-STREAM = os.environ.get("FLEET_E2E_STREAM", "")
-if STREAM not in ("", "one", "pair"):
-    raise ValueError(f"FLEET_E2E_STREAM={STREAM!r}: write one or pair, or leave it unset")
-#: The modules of the ``pair`` stream: the ones that need two hosts.
-PAIR_MODULES = ("test_endpoints_e2e.py", "test_monitoring_e2e.py", "test_multinode_e2e.py")
-
 #: The sandbox host every vLLM module deploys to, started once for the session.
-VLLM_HOST = "e2e-pair-a" if STREAM == "pair" else "e2e-vllm"
+VLLM_HOST = "e2e-vllm"
 #: The server ports the modules use on it, all declared when it starts (sandbox hosts share
 #: this machine's network, so each module keeps its own).
 LIFECYCLE_PORT = 18100
@@ -51,26 +39,22 @@ BENCH_PORT_B = 18301
 TLS_PORT = 18110
 #: Port blocks of the areas that came later, 20 each, declared on both shared hosts:
 #: endpoints and routers, multi-node groups, monitoring (Prometheus, exporters), fleet doctor.
-#: The monitoring block's first 10 are the monitoring module's, its last 10 the TLS module's.
 ENDPOINT_PORTS = list(range(18400, 18420))
 MULTINODE_PORTS = list(range(18500, 18520))
 MONITORING_PORTS = list(range(18600, 18620))
 DOCTOR_PORTS = list(range(18700, 18720))
-#: The ports of the ``pair`` stream's modules, and of every other module.
-PAIR_PORTS = [*ENDPOINT_PORTS, *MULTINODE_PORTS, *MONITORING_PORTS[:10]]
-ONE_PORTS = [
+VLLM_HOST_PORTS = [
     LIFECYCLE_PORT, TLS_PORT, ALPHA_PORT, BETA_PORT, BENCH_PORT, BENCH_PORT_B,
-    *MONITORING_PORTS[10:], *DOCTOR_PORTS,
+    *ENDPOINT_PORTS, *MULTINODE_PORTS, *MONITORING_PORTS, *DOCTOR_PORTS,
 ]  # fmt: skip
-VLLM_HOST_PORTS = {"pair": PAIR_PORTS, "one": ONE_PORTS}.get(STREAM, [*ONE_PORTS, *PAIR_PORTS])
 #: The second shared host, for what needs two (replicas behind a router, a group across
 #: hosts). Sandbox hosts share this machine's network, so its ports are the same blocks: a
 #: module puts a service on one host or the other, never the same port on both.
-VLLM_HOST_B = "e2e-pair-b" if STREAM == "pair" else "e2e-vllm-b"
+VLLM_HOST_B = "e2e-vllm-b"
 
 #: The committed tiny model, served on loopback for the session (tests/e2e/conftest.py).
 TESTMODEL = ROOT / "testmodel"
-TESTMODEL_PORT = 18767 if STREAM == "pair" else 18765
+TESTMODEL_PORT = 18765
 TESTMODEL_URL = f"http://127.0.0.1:{TESTMODEL_PORT}/tiny-llama.tar.gz"
 TESTMODEL_SHA = (TESTMODEL / "tiny-llama.tar.gz.sha256").read_text().split()[0]
 
