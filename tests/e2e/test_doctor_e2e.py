@@ -59,12 +59,15 @@ ABSENT = """\
 
 #: What doctor must not change: unit files and drop-ins, environment files, the model's files
 #: with their owners and modes, the mounts, and what systemd loaded for the unit (not its
-#: ExecStart property: that carries the pid and times of the current attempt).
+#: ExecStart property: that carries the pid and times of the current attempt). systemd's own
+#: per-unit credential mounts (``/run/credentials/UNIT``) are not compared: they come and go
+#: with units systemd starts by itself (a CI run caught systemd-tmpfiles-clean.service, whose
+#: timer fires 15 minutes after boot, starting while doctor ran).
 SNAPSHOT = (
     "sha256sum /etc/systemd/system/vllm-*.service /etc/vllm-fleet/*.env "
     f"{DROPIN_DIR}/* 2>/dev/null; "
     f"find -L {MODEL} -exec stat -L -c '%n %a %U:%G %s %Y' {{}} +; "
-    "findmnt -rn -o TARGET,FSTYPE,OPTIONS | sort; "
+    "findmnt -rn -o TARGET,FSTYPE,OPTIONS | grep -v '^/run/credentials/' | sort; "
     f"systemctl show -p FragmentPath,DropInPaths,UnitFileState {UNIT}"
 )
 

@@ -278,7 +278,8 @@ def test_resumed_download_succeeds(resumed, shas) -> None:
     text = output(resumed["result"])
     assert resumed["result"].returncode == 0, text[-6000:]
     assert f"cut at {resumed['cut']}" in resumed["events"]
-    assert {"path": "/v2.tar.gz", "range": f"bytes={resumed['cut']}-"} in resumed["requests"]
+    asked = [(r["path"], r["range"]) for r in resumed["requests"]]
+    assert ("/v2.tar.gz", f"bytes={resumed['cut']}-") in asked, asked
     assert "retrying in" in text
     assert link("tiny-b") == f".versions/tiny-b-{shas['v2'][:16]}"
 

@@ -167,19 +167,27 @@ def test_concurrency_is_held(server) -> None:
 
 
 def test_rate_mode_sends_poisson_arrivals(server) -> None:
-    runs = run_steps(server.url, "chunks=1", [Step(rate=40, requests=40)],
+    """10 a second for 3 s: gaps of 0.1 s on average. (40 a second once measured 0.056 s
+    with other processes keeping both cores busy: the loop's lateness, not the schedule.)"""
+    runs = run_steps(server.url, "chunks=1", [Step(rate=10, requests=30)],
                      options=Options(timeout=10, seed=3, scrape_metrics=False))
     results = runs[0].results
-    assert len(results) == 40 and all(r.ok for r in results)
+    assert len(results) == 30 and all(r.ok for r in results)
     starts = sorted(r.start for r in results)
     mean_gap = (starts[-1] - starts[0]) / (len(starts) - 1)
-    assert mean_gap == pytest.approx(1 / 40, rel=0.5)
+    assert mean_gap == pytest.approx(1 / 10, rel=0.5)
 
 
 def test_duration_mode_stops_starting_requests(server) -> None:
+    """Requests start until the duration is over and none after it, however long each takes
+    (a busy machine once let only 2 of 50 ms requests fit in 0.5 s)."""
     runs = run_steps(server.url, "ttft=0.05,chunks=1",
                      [Step(concurrency=1, duration=0.5)])
-    assert 5 <= len(runs[0].results) <= 11
+    results = runs[0].results
+    assert results and all(r.ok for r in results)
+    began = min(r.start for r in results)
+    assert all(r.start < began + 0.5 + 0.05 for r in results)  # none started after it
+    assert max(r.done for r in results) >= began + 0.5 - 0.05  # and none stopped early
 
 
 def test_api_key_is_sent_as_bearer_token() -> None:
