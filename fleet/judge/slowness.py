@@ -87,22 +87,30 @@ def measured_on_the_client(baseline: dict[str, Any], fresh: dict[str, Any]) -> b
 
 
 def queued_on_the_server(fresh: dict[str, Any]) -> bool:
-    """Whether the server's own figures over a round show its requests waiting for a slot:
-    its ``vllm:num_requests_waiting`` gauge above 0 during the round, or its queue time P50 at
+    """Whether the server's own figures over a round show other clients' load queueing its
+    requests: it finished more requests in the round than the round sent (others were served
+    too), and its ``vllm:num_requests_waiting`` gauge was above 0 or its queue time P50 was at
     least :data:`QUEUED` of the round's TTFT P50. A slower round the server says so of is its
-    load, not a hiccup of the measuring machine: ``fleet doctor`` measures no more rounds.
+    load, not a hiccup of the measuring machine: ``fleet doctor`` measures no more rounds. (Queue
+    time alone is not enough: an engine slow to wake on a busy machine queues a lone request.)
 
     Example:
-        >>> queued_on_the_server({"server_gauges": {"waiting": {"max": 12.0}}})
+        >>> busy = {"requests": 5, "server": {"requests_finished": 21},
+        ...         "server_gauges": {"waiting": {"max": 12.0}}}
+        >>> queued_on_the_server(busy)
         True
-        >>> queued_on_the_server({"ttft_ms": {"p50": 40.0}, "server": {"queue": {"p50": 0.001}},
-        ...                       "server_gauges": {"waiting": {"max": 0.0}}})
-        False
+        >>> alone = {**busy, "server": {"requests_finished": 5}}
+        >>> queued_on_the_server(alone), queued_on_the_server({"ttft_ms": {"p50": 40.0}})
+        (False, False)
     """
+    server = fresh.get("server") or {}
+    finished = server.get("requests_finished")
+    if not isinstance(finished, int | float) or finished <= int(fresh.get("requests") or 0):
+        return False
     waiting = ((fresh.get("server_gauges") or {}).get("waiting") or {}).get("max")
     if isinstance(waiting, int | float) and waiting > 0:
         return True
-    queue = ((fresh.get("server") or {}).get("queue") or {}).get("p50")
+    queue = (server.get("queue") or {}).get("p50")
     ttft = percentile(fresh, "ttft_ms")
     return isinstance(queue, int | float) and bool(ttft) and queue * 1000 >= QUEUED * ttft
 

@@ -190,6 +190,9 @@ class FakeServer:
         self.in_flight = 0
         #: other clients' requests its ``vllm:num_requests_waiting`` gauge says wait for a slot
         self.waiting = 0
+        #: other clients' requests it finishes for each of ours (``vllm:request_success_total``;
+        #: None: the counter is not reported)
+        self.others_per_request: int | None = None
         self.ttft_observed: list[float] = []
         #: per request, the perf_counter moments at which each token-bearing chunk was written
         #: (the truth a client's TTFT, ITL and E2E are compared with when it runs in-process)
@@ -284,6 +287,10 @@ class FakeServer:
         lines.append(f"vllm:kv_cache_usage_perc{{{labels}}} {self.in_flight / 10}")
         lines.append(f"vllm:num_requests_running{{{labels}}} {self.in_flight}")
         lines.append(f"vllm:num_requests_waiting{{{labels}}} {self.waiting}")
+        if self.others_per_request is not None:
+            finished = self.requests * (1 + self.others_per_request)
+            lines.append(f'vllm:request_success_total{{{labels},finished_reason="length"}} '
+                         f"{finished}")
         lines.append("# TYPE process_resident_memory_bytes gauge")
         lines.append(f"process_resident_memory_bytes {RSS_BYTES + self.leak_bytes * self.requests}")
         return web.Response(text="\n".join(lines) + "\n")

@@ -148,12 +148,21 @@ def test_a_slower_round_the_servers_own_queue_explains_is_the_only_one() -> None
     """A neighbour's load the server itself shows (requests waiting for a slot in its gauges):
     one round says it, and doctor does not queue two more rounds behind that load."""
     with Settling(slow_for=1000) as server:
-        server.waiting = 12
+        server.waiting, server.others_per_request = 12, 3
         found = rounds_against(server)
     assert len(found["rounds"]) == 1 and server.requests == 1 + REQUESTS, found["rounds"]
     d = diagnose(healthy({**found, "baseline": {**BASE, "run": "r", "started": "s"}}))
     assert d.status == PROBLEM and d.signature == "slower-than-bench", d
     assert "requests wait in the server's queue" in d.cause, d
+
+
+def test_a_queue_with_no_other_clients_is_measured_again() -> None:
+    """Requests waiting while the server finished only ours (an engine slow to take a lone
+    request on a busy machine): not proof of load, so the rounds go on."""
+    with Settling(slow_for=1000) as server:
+        server.waiting, server.others_per_request = 1, 0
+        found = rounds_against(server)
+    assert len(found["rounds"]) == ROUNDS, found["rounds"]
 
 
 def test_a_round_as_fast_as_the_baseline_is_the_only_one() -> None:

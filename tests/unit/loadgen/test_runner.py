@@ -159,11 +159,15 @@ def test_warmup_requests_are_excluded(server) -> None:
 
 
 def test_concurrency_is_held(server) -> None:
+    """Four at once, never five, judged by each request's start and end (not by wall times,
+    which a busy machine stretches)."""
     runs = run_steps(server.url, "ttft=0.2,chunks=1", [Step(concurrency=4, requests=8)])
-    starts = sorted(r.start for r in runs[0].results)
-    assert starts[3] - starts[0] < 0.1  # four at once
-    assert starts[4] - starts[0] >= 0.18  # the fifth waits for a free slot
-    assert runs[0].seconds == pytest.approx(0.4, abs=0.1)
+    results = runs[0].results
+    assert len(results) == 8 and all(r.ok for r in results)
+    first_done = min(r.done for r in results)
+    assert sum(r.start < first_done for r in results) == 4  # four at once, before any ended
+    for r in results:  # and a fifth only when one of them ended
+        assert sum(o.start <= r.start < o.done for o in results) <= 4
 
 
 def test_rate_mode_sends_poisson_arrivals(server) -> None:
