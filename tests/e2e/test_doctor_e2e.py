@@ -197,7 +197,7 @@ def one():
             time.sleep(0.1)
 for _ in range({clients}):
     threading.Thread(target=one, daemon=True).start()
-time.sleep(1800)
+time.sleep(900)
 """
 
 
@@ -245,9 +245,18 @@ def test_slower_than_its_last_bench(fleet: Path, tmp_path: Path, undo) -> None:
     status, report, text = doctor(fleet, f"{HOST}/doc", "--bench-results", str(runs), timeout=400)
     after = in_flight(API_KEY)  # the neighbour's requests running or waiting now
     alive = on_host(f"kill -0 {pid}").returncode == 0
-    said = f"neighbour alive after doctor: {alive}, in flight after doctor: {after:g}\n"
-    assert alive and after >= 8, said + text[-2000:]
     doc = server(report)
+    # the premise, from the server's own gauges sampled during doctor's round: the queue was
+    # full while doctor measured. Not from reads over SSH just after: a CI run read 7 in
+    # flight (the neighbour's requests ending together) with 13 waiting during the round, and
+    # a run alone found the host's sshd not answering the next login under this load (kill -0
+    # and the metrics read both failed, as once in session 10): printed, not asserted.
+    fresh = (doc.get("bench") or {}).get("fresh") or {}
+    waited = ((fresh.get("server_gauges") or {}).get("waiting") or {}).get("max") or 0
+    said = (f"waiting during doctor's round up to {waited:g}; after doctor, over SSH: "
+            f"neighbour alive {alive}, in flight {after:g}\n")
+    print(said)
+    assert waited >= 8, said + text[-2000:]
     record = os.environ.get("FLEET_DOCTOR_RECORD")
     if record:  # the recorded runs of tests/unit/fleet/test_slowness.py
         shutil.copytree(runs / "plan-base", Path(record) / "plan-base", dirs_exist_ok=True)
