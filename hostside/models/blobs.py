@@ -74,16 +74,6 @@ def _prepare(models_dir: Path) -> Path:
     return folder
 
 
-def _fsync_dir(folder: Path) -> None:
-    if not common.DURABLE:
-        return
-    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def keep_moved(models_dir: Path, verified: Path, sha256: str) -> Path:
     """Move a verified download (whose digest the caller has just matched) into the blobs.
 
@@ -99,7 +89,7 @@ def keep_moved(models_dir: Path, verified: Path, sha256: str) -> Path:
             os.close(fd)
     os.chmod(verified, 0o644)
     os.replace(verified, target)
-    _fsync_dir(folder)
+    common.fsync_dir(folder)
     return target
 
 
@@ -111,7 +101,7 @@ def keep_linked(models_dir: Path, verified: Path, sha256: str) -> Path:
     temporary.unlink(missing_ok=True)
     os.link(verified, temporary)
     os.replace(temporary, target)
-    _fsync_dir(folder)
+    common.fsync_dir(folder)
     return target
 
 

@@ -75,3 +75,14 @@ def free_bytes(path: Path) -> int:
     st = os.statvfs(path)
     return st.f_bavail * st.f_frsize
 
+
+def fsync_dir(path: Path) -> None:
+    """Make a folder's entries durable (a rename or link in it) when the installer is
+    (:data:`DURABLE`); nothing otherwise."""
+    if not DURABLE:
+        return
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

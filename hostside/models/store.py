@@ -119,17 +119,7 @@ def switch(live: Path, version: Path) -> None:
         temporary.unlink()
     os.symlink(os.path.relpath(version, live.parent), temporary)
     os.replace(temporary, live)
-    _fsync_dir(live.parent)
-
-
-def _fsync_dir(path: Path) -> None:
-    if not common.DURABLE:
-        return
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    common.fsync_dir(live.parent)
 
 
 _RENAME_EXCHANGE = 2
@@ -336,7 +326,7 @@ def finish_install(
     write_manifest(staged, manifest)
     version = layout.version(ident)
     place(staged, version)
-    _fsync_dir(layout.versions)
+    common.fsync_dir(layout.versions)
     previous = layout.current()
     switch(layout.live, version)
     removed = prune(layout, keep)
