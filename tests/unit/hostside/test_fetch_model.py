@@ -142,17 +142,9 @@ def as_root() -> bool:
 
 
 @pytest.fixture
-def www(tmp_path: Path) -> Path:
-    folder = tmp_path / "www"
-    folder.mkdir()
-    return folder
-
-
-@pytest.fixture
-def server(www: Path) -> Iterator[FaultServer]:
-    srv = FaultServer(www).start()
-    yield srv
-    srv.stop()
+def server(origin: FaultServer) -> FaultServer:
+    """The model origin (tests/unit/hostside/conftest.py), as this module's tests name it."""
+    return origin
 
 
 @pytest.fixture

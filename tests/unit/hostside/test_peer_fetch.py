@@ -13,6 +13,7 @@ peers only, never through a proxy, and appears on no command line and in no outp
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import http.server
 import json
@@ -30,26 +31,19 @@ from hostside.models.common import human_bytes
 from tests.support.faultserver import FaultServer
 from tests.support.peerserver import PeerProcess, token_file
 from tests.support.wait import wait_until
-from tests.unit.hostside.test_fetch_model import NAME, make_tar, model_members, run, sha
+from tests.unit.hostside.test_fetch_model import (
+    NAME,
+    install,
+    make_tar,
+    model_members,
+    run,
+    sha,
+)
 
 TOKEN = "fleet-peer-token-2f9c7a1e5b"
 FAST = ("--retry-wait", "0.1", "--progress-every", "0")
 #: Bytes per second of a peer that is killed mid-transfer.
 SLOW_RATE = 1 << 20
-
-
-@pytest.fixture
-def www(tmp_path: Path) -> Path:
-    folder = tmp_path / "www"
-    folder.mkdir()
-    return folder
-
-
-@pytest.fixture
-def origin(www: Path) -> Iterator[FaultServer]:
-    server = FaultServer(www).start()
-    yield server
-    server.stop()
 
 
 @pytest.fixture
@@ -60,12 +54,6 @@ def token(tmp_path: Path) -> Path:
 def host(tmp_path: Path, name: str) -> Path:
     """The models folder of one (pretend) host."""
     return tmp_path / name / "models"
-
-
-def install(models: Path, url: str, digest: str, *extra: str) -> tuple[int, str, str]:
-    """``fetch_model.py install`` in this process."""
-    return run("install", "--name", NAME, "--models-dir", str(models), "--url", url,
-               "--sha256", digest, *FAST, *extra)
 
 
 def seeded(tmp_path: Path, origin: FaultServer, www: Path, name: str, archive: str,
@@ -476,18 +464,28 @@ class _Endless(http.server.BaseHTTPRequestHandler):
         """Quiet."""
 
 
+@contextlib.contextmanager
+def misbehaving_peer(handler: type[http.server.BaseHTTPRequestHandler],
+                     **attributes: Any) -> Iterator[str]:
+    """A "peer" on 127.0.0.2 that answers with ``handler`` (``attributes`` set on its server,
+    for the handler to read); its URL while the block runs."""
+    peer = http.server.HTTPServer(("127.0.0.2", 0), handler)
+    for key, value in attributes.items():
+        setattr(peer, key, value)
+    threading.Thread(target=peer.serve_forever, args=(0.05,), daemon=True).start()
+    try:
+        yield f"http://127.0.0.2:{peer.server_address[1]}"
+    finally:
+        peer.shutdown()
+        peer.server_close()
+
+
 def test_a_peer_that_sends_no_length_is_dropped(tmp_path: Path, origin: FaultServer, archive,
                                                 token: Path) -> None:
     name, digest = archive
-    endless = http.server.HTTPServer(("127.0.0.2", 0), _Endless)
-    threading.Thread(target=endless.serve_forever, args=(0.05,), daemon=True).start()
-    try:
-        peer = f"http://127.0.0.2:{endless.server_address[1]}"
+    with misbehaving_peer(_Endless) as peer:
         code, out, err = install(host(tmp_path, "b"), origin.url(name), digest, "--peer", peer,
                                  "--peer-token-file", str(token))
-    finally:
-        endless.shutdown()
-        endless.server_close()
     assert code == 0, err
     assert f"peer {peer} dropped ({peer}/blobs/{digest} sent no length: refused)" in out
     assert ranges_asked(origin) == [None]
@@ -510,16 +508,9 @@ def test_a_redirecting_peer_is_dropped_and_the_token_goes_nowhere(
     tmp_path: Path, origin: FaultServer, archive, token: Path
 ) -> None:
     name, digest = archive
-    redirecting = http.server.HTTPServer(("127.0.0.2", 0), _Redirecting)
-    redirecting.location = origin.url(name)  # type: ignore[attr-defined]
-    threading.Thread(target=redirecting.serve_forever, args=(0.05,), daemon=True).start()
-    try:
-        peer = f"http://127.0.0.2:{redirecting.server_address[1]}"
+    with misbehaving_peer(_Redirecting, location=origin.url(name)) as peer:
         code, out, err = install(host(tmp_path, "b"), origin.url(name), digest, "--peer", peer,
                                  "--peer-token-file", str(token))
-    finally:
-        redirecting.shutdown()
-        redirecting.server_close()
     assert code == 0, err
     assert f"peer {peer} dropped (" in out and "HTTP 302" in out
     assert ranges_asked(origin) == [None]  # asked once, as the origin, not through the peer
