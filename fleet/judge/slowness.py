@@ -74,16 +74,30 @@ def measured_on_the_client(baseline: dict[str, Any], fresh: dict[str, Any]) -> b
         (False, False)
     """
     then = percentile(baseline, "ttft_ms")
-    server = fresh.get("server") or {}
-    own = server.get("ttft") or {}
-    mean, count, finished = own.get("mean"), own.get("count"), server.get("requests_finished")
+    own = (fresh.get("server") or {}).get("ttft") or {}
+    mean, count = own.get("mean"), own.get("count")
     if not then or not isinstance(mean, int | float) or not count:
         return False
+    return served_others(fresh) is False and mean * 1000 < SLOWER * then
+
+
+def served_others(fresh: dict[str, Any]) -> bool | None:
+    """Whether the server finished other clients' requests during a round (its
+    ``requests_finished`` over the round above the round's own ``requests``: the window holds
+    the measured requests, the warm-up is before it); None when the server did not say.
+
+    Example:
+        >>> served_others({"requests": 5, "server": {"requests_finished": 8}})
+        True
+        >>> served_others({"requests": 5, "server": {"requests_finished": 5}})
+        False
+        >>> served_others({"requests": 5}) is None
+        True
+    """
+    finished = (fresh.get("server") or {}).get("requests_finished")
     if not isinstance(finished, int | float):
-        return False
-    # the round's window holds its measured requests (the warm-up is before it): one request
-    # more finished there is another client's
-    return finished <= int(fresh.get("requests") or 0) and mean * 1000 < SLOWER * then
+        return None
+    return finished > int(fresh.get("requests") or 0)
 
 
 def queued_on_the_server(fresh: dict[str, Any]) -> bool:
@@ -103,10 +117,9 @@ def queued_on_the_server(fresh: dict[str, Any]) -> bool:
         >>> queued_on_the_server(alone), queued_on_the_server({"ttft_ms": {"p50": 40.0}})
         (False, False)
     """
-    server = fresh.get("server") or {}
-    finished = server.get("requests_finished")
-    if not isinstance(finished, int | float) or finished <= int(fresh.get("requests") or 0):
+    if not served_others(fresh):
         return False
+    server = fresh.get("server") or {}
     waiting = ((fresh.get("server_gauges") or {}).get("waiting") or {}).get("max")
     if isinstance(waiting, int | float) and waiting > 0:
         return True
